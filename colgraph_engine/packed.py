@@ -1,0 +1,107 @@
+"""Packed multi-vectors (the varlen convention) and their validation.
+
+A collection of N variable-length vector sets is two tensors:
+  ``values  [T, d]``   float32, float16 or bfloat16; item i owns rows offsets[i]:offsets[i+1]
+  ``offsets [N+1]``    int64, offsets[0] = 0, non-decreasing, offsets[N] = T
+No padding is stored anywhere.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def pack(items: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packs a sequence of ``[L_i, d]`` tensors into ``(values [sum L_i, d], offsets [N+1])``.
+
+    All items must share ``d``, device and (unless `dtype` is given) dtype. An item may have
+    zero rows.
+    """
+    if isinstance(items, torch.Tensor):
+        if items.dim() != 3:
+            raise ValueError(f"items: expected a sequence of [L, d] tensors or a [N, L, d] tensor, got shape {tuple(items.shape)}")
+        items = list(items)
+    if not isinstance(items, Sequence) or len(items) == 0:
+        raise ValueError("items: expected a non-empty sequence of [L, d] tensors")
+    for i, x in enumerate(items):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"items[{i}]: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 2:
+            raise ValueError(f"items[{i}]: expected shape [L, d], got {tuple(x.shape)}")
+    d = items[0].shape[1]
+    for i, x in enumerate(items):
+        if x.shape[1] != d:
+            raise ValueError(f"items[{i}]: expected dimension d={d}, got {x.shape[1]}")
+        if x.device != items[0].device:
+            raise ValueError(f"items[{i}]: expected device {items[0].device}, got {x.device}")
+        if dtype is None and x.dtype != items[0].dtype:
+            raise TypeError(f"items[{i}]: expected dtype {items[0].dtype}, got {x.dtype} (pass dtype= to convert)")
+    out_dtype = dtype or items[0].dtype
+    if out_dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: expected one of {FLOAT_DTYPES}, got {out_dtype}")
+    lengths = torch.tensor([x.shape[0] for x in items], dtype=torch.int64)
+    offsets = torch.zeros(len(items) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    values = torch.cat([x.to(out_dtype) for x in items], 0) if offsets[-1] > 0 else items[0].new_zeros((0, d), dtype=out_dtype)
+    return values, offsets.to(items[0].device)
+
+
+def unpack(values: torch.Tensor, offsets: torch.Tensor) -> list[torch.Tensor]:
+    """Inverse of :func:`pack`: a list of ``[L_i, d]`` views."""
+    bounds = offsets.tolist()
+    return [values[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+
+def check_values(values: object, name: str) -> torch.Tensor:
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(values).__name__}")
+    if values.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected dtype float32, float16 or bfloat16, got {values.dtype}")
+    if values.dim() != 2:
+        raise ValueError(f"{name}: expected shape [T, d], got {tuple(values.shape)}")
+    if values.shape[1] == 0:
+        raise ValueError(f"{name}: expected d >= 1, got shape {tuple(values.shape)}")
+    return values
+
+
+def check_offsets(offsets: object, n_rows: int, device: torch.device, name: str) -> torch.Tensor:
+    """Validates an offsets tensor against `n_rows` rows; returns it unchanged."""
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.int64 tensor, got {type(offsets).__name__}")
+    if offsets.dtype != torch.int64:
+        raise TypeError(f"{name}: expected dtype torch.int64, got {offsets.dtype}")
+    if offsets.dim() != 1 or offsets.numel() < 1:
+        raise ValueError(f"{name}: expected shape [N+1] with N >= 0, got {tuple(offsets.shape)}")
+    if offsets.device != device:
+        raise ValueError(f"{name}: expected device {device} (same as the values), got {offsets.device}")
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first != 0:
+        raise ValueError(f"{name}: expected offsets[0] == 0, got {first}")
+    if last != n_rows:
+        raise ValueError(f"{name}: expected offsets[-1] == {n_rows} (rows in values), got {last}")
+    if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+        bad = int(torch.nonzero(offsets[1:] < offsets[:-1])[0, 0])
+        raise ValueError(f"{name}: expected non-decreasing offsets, got offsets[{bad + 1}] < offsets[{bad}]")
+    return offsets
+
+
+def check_packed(values: object, offsets: object, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    v = check_values(values, f"{name}_values")
+    o = check_offsets(offsets, v.shape[0], v.device, f"{name}_offsets")
+    return v, o
+
+
+def check_finite(values: torch.Tensor, name: str) -> None:
+    """Rejects NaN or inf; done when vectors enter a store, not on every query."""
+    if values.numel() and not bool(torch.isfinite(values).all()):
+        row = int(torch.nonzero(~torch.isfinite(values))[0, 0])
+        raise ValueError(f"{name}: expected finite values, found NaN or inf in row {row}")
+
+
+def segment_ids(offsets: torch.Tensor) -> torch.Tensor:
+    """``[T]`` int64: the item that owns each row."""
+    n = offsets.numel() - 1
+    return torch.repeat_interleave(torch.arange(n, device=offsets.device), offsets.diff())

@@ -1,0 +1,2 @@
+class StoreFormatError(ValueError): pass
+class PackedStore: pass

@@ -1,0 +1,361 @@
+#include "maxsim_cpu.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+namespace colgraph {
+namespace {
+
+constexpr int kLanes = 16;           // fp32 lanes in one 512-bit register
+constexpr int kRowsWide = 12;        // document tokens per micro-tile with 32 query tokens
+constexpr int kRowsNarrow = 24;      // ... with 16 query tokens
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float f16_to_f32(uint16_t h) {
+  // IEEE half -> single, exact for all inputs (subnormals included).
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {
+      int e = -1;
+      do { man <<= 1; ++e; } while (!(man & 0x400u));
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+bool has_avx512f() { return __builtin_cpu_supports("avx512f"); }
+bool has_avx512bf16() {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// Query packing. A query of L tokens becomes ceil(L/16) blocks; block b holds tokens
+// 16b..16b+15 k-major, so one aligned load gives one coordinate of 16 tokens. Lanes past L
+// are zero and are excluded when lanes are summed.
+//   fp32 layout: [block][k][16]          float
+//   bf16 layout: [block][k/2][16][2]     uint16 (coordinate pairs, as vdpbf16ps consumes)
+// ---------------------------------------------------------------------------------------
+struct PackedQueries {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<int64_t> block_start;  // first block of query i, [n + 1]
+  std::vector<int64_t> length;       // tokens of query i
+  int64_t k_steps = 0;               // d for fp32, d/2 for bf16
+};
+
+float load_as_f32(const void* base, int64_t index, ElemType type) {
+  switch (type) {
+    case ElemType::F32: return static_cast<const float*>(base)[index];
+    case ElemType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[index]);
+    default: return f16_to_f32(static_cast<const uint16_t*>(base)[index]);
+  }
+}
+
+PackedQueries pack_queries(const PackedView& q, ElemType type, bool bf16_pairs) {
+  PackedQueries p;
+  const int64_t d = q.dim;
+  p.block_start.resize(q.n + 1, 0);
+  p.length.resize(q.n);
+  for (int64_t i = 0; i < q.n; ++i) {
+    p.length[i] = q.offsets[i + 1] - q.offsets[i];
+    p.block_start[i + 1] = p.block_start[i] + (p.length[i] + kLanes - 1) / kLanes;
+  }
+  const int64_t blocks = p.block_start[q.n];
+  if (bf16_pairs) {
+    p.k_steps = d / 2;
+    p.bf16.assign(static_cast<size_t>(blocks * p.k_steps * kLanes * 2), 0);
+    const auto* src = static_cast<const uint16_t*>(q.values);
+    for (int64_t i = 0; i < q.n; ++i)
+      for (int64_t t = 0; t < p.length[i]; ++t) {
+        const int64_t row = q.offsets[i] + t, blk = p.block_start[i] + t / kLanes, lane = t % kLanes;
+        for (int64_t k = 0; k < d; ++k)
+          p.bf16[((blk * p.k_steps + k / 2) * kLanes + lane) * 2 + (k & 1)] = src[row * d + k];
+      }
+  } else {
+    p.k_steps = d;
+    p.f32.assign(static_cast<size_t>(blocks * d * kLanes), 0.0f);
+    for (int64_t i = 0; i < q.n; ++i)
+      for (int64_t t = 0; t < p.length[i]; ++t) {
+        const int64_t row = q.offsets[i] + t, blk = p.block_start[i] + t / kLanes, lane = t % kLanes;
+        for (int64_t k = 0; k < d; ++k)
+          p.f32[(blk * d + k) * kLanes + lane] = load_as_f32(q.values, row * d + k, type);
+      }
+  }
+  return p;
+}
+
+// A document as the micro-kernels read it: `rows` tokens of `stride` elements. For the
+// tail tile the last row is repeated, which leaves every max unchanged.
+struct DocRows {
+  const void* base;
+  int64_t rows;
+  int64_t stride;  // elements of the stored type per row
+};
+
+// ---------------------------------------------------------------------------------------
+// AVX-512 micro-kernels. `MV` query blocks (16 tokens each) against `NR` document tokens.
+// ---------------------------------------------------------------------------------------
+template <int MV, int NR>
+__attribute__((target("avx512f"))) inline void tile_f32(const float* qt, int64_t q_block_stride,
+                                                        const float* doc, int64_t stride,
+                                                        int64_t row0, int64_t rows, int64_t d,
+                                                        __m512* running_max) {
+  const float* r[NR];
+  for (int i = 0; i < NR; ++i) r[i] = doc + std::min<int64_t>(row0 + i, rows - 1) * stride;
+  __m512 acc[MV][NR];
+  for (int m = 0; m < MV; ++m)
+    for (int i = 0; i < NR; ++i) acc[m][i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < d; ++k) {
+    __m512 qv[MV];
+    for (int m = 0; m < MV; ++m) qv[m] = _mm512_loadu_ps(qt + m * q_block_stride + k * kLanes);
+    for (int i = 0; i < NR; ++i) {
+      const __m512 b = _mm512_set1_ps(r[i][k]);
+      for (int m = 0; m < MV; ++m) acc[m][i] = _mm512_fmadd_ps(qv[m], b, acc[m][i]);
+    }
+  }
+  for (int m = 0; m < MV; ++m)
+    for (int i = 0; i < NR; ++i) running_max[m] = _mm512_max_ps(running_max[m], acc[m][i]);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+template <int MV, int NR>
+__attribute__((target("avx512f,avx512bf16"))) inline void tile_bf16(
+    const uint16_t* qt, int64_t q_block_stride, const uint16_t* doc, int64_t stride, int64_t row0,
+    int64_t rows, int64_t pairs, __m512* running_max) {
+  const uint32_t* r[NR];
+  for (int i = 0; i < NR; ++i)
+    r[i] = reinterpret_cast<const uint32_t*>(doc + std::min<int64_t>(row0 + i, rows - 1) * stride);
+  __m512 acc[MV][NR];
+  for (int m = 0; m < MV; ++m)
+    for (int i = 0; i < NR; ++i) acc[m][i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh qv[MV];
+    for (int m = 0; m < MV; ++m)
+      qv[m] = (__m512bh)_mm512_loadu_si512(qt + m * q_block_stride + p * kLanes * 2);
+    for (int i = 0; i < NR; ++i) {
+      uint32_t word;
+      std::memcpy(&word, r[i] + p, 4);
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
+      for (int m = 0; m < MV; ++m) acc[m][i] = _mm512_dpbf16_ps(acc[m][i], qv[m], b);
+    }
+  }
+  for (int m = 0; m < MV; ++m)
+    for (int i = 0; i < NR; ++i) running_max[m] = _mm512_max_ps(running_max[m], acc[m][i]);
+}
+#endif
+
+// Sums the first `valid` lanes of the per-token maxima of one query.
+float sum_lanes(const float* maxima, int64_t valid) {
+  double s = 0.0;  // fixed order; wider than fp32 so the lane sum adds no visible error
+  for (int64_t t = 0; t < valid; ++t) s += maxima[t];
+  return static_cast<float>(s);
+}
+
+// Per-token maxima of one query over one document, AVX-512, fp32 or bf16 pairs.
+template <bool BF16>
+__attribute__((target("avx512f"))) float score_avx512(const PackedQueries& pq, int64_t qi,
+                                                      const DocRows& doc, int64_t d) {
+  const int64_t len = pq.length[qi];
+  if (len == 0) return 0.0f;
+  if (doc.rows == 0) return kNegInf;
+  alignas(64) float maxima[2 * kLanes];
+  double total = 0.0;
+  const int64_t block_elems = pq.k_steps * kLanes * (BF16 ? 2 : 1);
+  for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; blk += 2) {
+    const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;
+    const bool two = blk + 1 < pq.block_start[qi + 1];
+    __m512 run[2] = {_mm512_set1_ps(kNegInf), _mm512_set1_ps(kNegInf)};
+    if constexpr (BF16) {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+      const uint16_t* qt = pq.bf16.data() + blk * block_elems;
+      const auto* base = static_cast<const uint16_t*>(doc.base);
+      if (two)
+        for (int64_t j = 0; j < doc.rows; j += kRowsWide)
+          tile_bf16<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
+      else
+        for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
+          tile_bf16<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
+#endif
+    } else {
+      const float* qt = pq.f32.data() + blk * block_elems;
+      const auto* base = static_cast<const float*>(doc.base);
+      if (two)
+        for (int64_t j = 0; j < doc.rows; j += kRowsWide)
+          tile_f32<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
+      else
+        for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
+          tile_f32<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
+    }
+    _mm512_store_ps(maxima, run[0]);
+    _mm512_store_ps(maxima + kLanes, run[1]);
+    total += sum_lanes(maxima, std::min<int64_t>(len - first_tok, two ? 2 * kLanes : kLanes));
+  }
+  return static_cast<float>(total);
+}
+
+// Portable path (no AVX-512): same packing, plain loops the compiler vectorises.
+float score_portable(const PackedQueries& pq, int64_t qi, const DocRows& doc, int64_t d) {
+  const int64_t len = pq.length[qi];
+  if (len == 0) return 0.0f;
+  if (doc.rows == 0) return kNegInf;
+  const auto* base = static_cast<const float*>(doc.base);
+  double total = 0.0;
+  float maxima[kLanes], acc[kLanes];
+  for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; ++blk) {
+    const float* qt = pq.f32.data() + blk * d * kLanes;
+    std::fill(maxima, maxima + kLanes, kNegInf);
+    for (int64_t j = 0; j < doc.rows; ++j) {
+      const float* row = base + j * doc.stride;
+      std::fill(acc, acc + kLanes, 0.0f);
+      for (int64_t k = 0; k < d; ++k)
+        for (int l = 0; l < kLanes; ++l) acc[l] += qt[k * kLanes + l] * row[k];
+      for (int l = 0; l < kLanes; ++l) maxima[l] = std::max(maxima[l], acc[l]);
+    }
+    const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;
+    total += sum_lanes(maxima, std::min<int64_t>(len - first_tok, kLanes));
+  }
+  return static_cast<float>(total);
+}
+
+enum class Path { Avx512F32, Avx512BF16, Portable };
+
+// Chooses the kernel and whether documents must first be widened to fp32.
+struct Plan {
+  Path path;
+  bool widen_docs;
+};
+
+Plan make_plan(ElemType type, int64_t d) {
+  if (type == ElemType::BF16 && d % 2 == 0 && has_avx512bf16()) return {Path::Avx512BF16, false};
+  const bool avx = has_avx512f();
+  return {avx ? Path::Avx512F32 : Path::Portable, type != ElemType::F32};
+}
+
+// Runs `body(task, scratch)` for task in [0, n_tasks) on `num_threads` threads, pulling tasks
+// from a shared counter (documents differ in length, so static splits would idle a core).
+template <class Body>
+void parallel_tasks(int64_t n_tasks, int num_threads, Body body) {
+  const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, n_tasks)));
+  std::atomic<int64_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto run = [&]() {
+    std::vector<float> scratch;
+    try {
+      for (int64_t t; (t = next.fetch_add(1)) < n_tasks;) body(t, scratch);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next.store(n_tasks);
+    }
+  };
+  if (workers == 1) {
+    run();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(workers - 1);
+    for (int w = 1; w < workers; ++w) pool.emplace_back(run);
+    run();
+    for (auto& th : pool) th.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Resolves document j to the rows a kernel reads, widening to fp32 in `scratch` when needed.
+DocRows doc_rows(const PackedView& docs, ElemType type, const Plan& plan, int64_t j,
+                 std::vector<float>& scratch) {
+  const int64_t begin = docs.offsets[j], rows = docs.offsets[j + 1] - begin, d = docs.dim;
+  const size_t elem = type == ElemType::F32 ? 4 : 2;
+  if (!plan.widen_docs)
+    return {static_cast<const char*>(docs.values) + begin * d * elem, rows, d};
+  scratch.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * d));
+  for (int64_t i = 0; i < rows * d; ++i) scratch[i] = load_as_f32(docs.values, begin * d + i, type);
+  return {scratch.data(), rows, d};
+}
+
+float score_one(const Plan& plan, const PackedQueries& pq, int64_t qi, const DocRows& doc, int64_t d) {
+  switch (plan.path) {
+    case Path::Avx512BF16: return score_avx512<true>(pq, qi, doc, d);
+    case Path::Avx512F32: return score_avx512<false>(pq, qi, doc, d);
+    default: return score_portable(pq, qi, doc, d);
+  }
+}
+
+}  // namespace
+
+void maxsim_cross_cpu(const PackedView& queries, const PackedView& docs, ElemType type, float* out,
+                      int num_threads) {
+  const Plan plan = make_plan(type, docs.dim);
+  const PackedQueries pq = pack_queries(queries, type, plan.path == Path::Avx512BF16);
+  const int64_t nq = queries.n, nd = docs.n;
+  parallel_tasks(nd, num_threads, [&](int64_t j, std::vector<float>& scratch) {
+    const DocRows doc = doc_rows(docs, type, plan, j, scratch);
+    for (int64_t i = 0; i < nq; ++i) out[i * nd + j] = score_one(plan, pq, i, doc, docs.dim);
+  });
+}
+
+void maxsim_candidates_cpu(const PackedView& queries, const PackedView& docs, ElemType type,
+                           const int64_t* cand_offsets, const int64_t* cand_ids, int64_t n_cand,
+                           float* out, int num_threads) {
+  const Plan plan = make_plan(type, docs.dim);
+  const PackedQueries pq = pack_queries(queries, type, plan.path == Path::Avx512BF16);
+  // Regroup candidates by document so each listed document is read once.
+  std::vector<int64_t> query_of(n_cand), order(n_cand);
+  for (int64_t i = 0; i < queries.n; ++i)
+    for (int64_t c = cand_offsets[i]; c < cand_offsets[i + 1]; ++c) query_of[c] = i;
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return cand_ids[a] < cand_ids[b]; });
+  std::vector<int64_t> run_start;
+  for (int64_t p = 0; p < n_cand; ++p)
+    if (p == 0 || cand_ids[order[p]] != cand_ids[order[p - 1]]) run_start.push_back(p);
+  run_start.push_back(n_cand);
+  const int64_t runs = static_cast<int64_t>(run_start.size()) - 1;
+  parallel_tasks(runs, num_threads, [&](int64_t r, std::vector<float>& scratch) {
+    const DocRows doc = doc_rows(docs, type, plan, cand_ids[order[run_start[r]]], scratch);
+    for (int64_t p = run_start[r]; p < run_start[r + 1]; ++p) {
+      const int64_t c = order[p];
+      out[c] = score_one(plan, pq, query_of[c], doc, docs.dim);
+    }
+  });
+}
+
+std::string cpu_kernel_isa(ElemType type) {
+  switch (make_plan(type, 2).path) {
+    case Path::Avx512BF16: return "avx512bf16";
+    case Path::Avx512F32: return "avx512f";
+    default: return "portable";
+  }
+}
+
+}  // namespace colgraph
