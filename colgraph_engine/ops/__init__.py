@@ -1,4 +1,4 @@
 """Public operations. Each validates its inputs, resolves a backend and runs it."""
-from .maxsim import maxsim, maxsim_candidates, maxsim_topk, pooled_scores
+from .scoring import maxsim, maxsim_candidates, maxsim_topk, pooled_scores
 
 __all__ = ["maxsim", "maxsim_candidates", "maxsim_topk", "pooled_scores"]
