@@ -112,21 +112,25 @@ class PackedStore:
             self._lookup = (s, order)
         return self._lookup
 
-    def positions(self, ids: torch.Tensor | Sequence[int], *, allow_deleted: bool = False) -> torch.Tensor:
-        """``[K]`` int64 positions of external `ids`; ValueError for unknown (or deleted) ids."""
-        q = _as_id_tensor(ids, "ids").to(self.device)
+    def positions(self, ids: torch.Tensor | Sequence[int], *, allow_deleted: bool = False,
+                  name: str = "ids") -> torch.Tensor:
+        """``[K]`` int64 positions of external `ids`; ValueError for unknown (or deleted) ids.
+        `name` is the argument named in error messages."""
+        q = _as_id_tensor(ids, name).to(self.device)
         s, order = self._sorted_ids()
         if q.numel() == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
-        at = torch.searchsorted(s, q).clamp(max=max(0, s.numel() - 1))
-        found = (s.numel() > 0) & (s[at] == q) if s.numel() else torch.zeros_like(q, dtype=torch.bool)
+        if s.numel() == 0:
+            raise ValueError(f"{name}: id {int(q[0])} is not in the store (the store is empty)")
+        at = torch.searchsorted(s, q).clamp(max=s.numel() - 1)
+        found = s[at] == q
         if not bool(found.all()):
             bad = int(q[~found][0])
-            raise ValueError(f"ids: id {bad} is not in the store")
+            raise ValueError(f"{name}: id {bad} is not in the store")
         pos = order[at]
         if not allow_deleted and not bool(self._alive[pos].all()):
             bad = int(q[~self._alive[pos]][0])
-            raise ValueError(f"ids: id {bad} was deleted")
+            raise ValueError(f"{name}: id {bad} was deleted")
         return pos
 
     def get(self, item_id: int) -> torch.Tensor:
@@ -268,8 +272,7 @@ class PackedStore:
                          cand_ids: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
         """``[C]`` float32 MaxSim of each query against its listed items (external ids, CSR)."""
         qv, qo = self._queries(queries, q_offsets)
-        ids = _as_id_tensor(cand_ids, "cand_ids").to(self.device)
-        pos = self.positions(ids)
+        pos = self.positions(cand_ids, name="cand_ids")
         co, pos = _ops.check_candidates(cand_offsets.to(self.device) if isinstance(cand_offsets, torch.Tensor) else cand_offsets,
                                         pos, qo.numel() - 1, self.n_slots, self.device)
         name = _backend.resolve("store.score_candidates", self.device, backend)
