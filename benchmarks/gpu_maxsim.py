@@ -1,0 +1,856 @@
+"""One run on a lent GPU: colgraph_engine's MaxSim against its ceilings and its peers.
+
+Sections, in order (each guarded: a failure is recorded and the next section runs; a global
+time budget, ``GPU_BUDGET_S``, skips whatever would start after it is spent):
+
+  env          GPU, SM count, torch / Triton / peer versions
+  ceilings     device-to-device copy TB/s (read + write) and bf16 8192^3 matmul TFLOP/s
+  correctness  ours (Triton) vs an fp64 reference on the first documents, candidates vs the
+               cross scores gathered, top-k vs ``torch.topk`` of the cross scores (up to ties)
+  rerank       [Nq, Nd] cross scores: ours (public API and launcher) vs late-interaction-kernels,
+               colpali-engine and torch GEMM + amax
+  scan         exact top-10 over a large store: ``cg.maxsim_topk`` vs ``lik.retrieve``
+  candidates   graph-restricted rerank, each query with its own 1,000 candidates: ours vs
+               late-interaction-kernels (gathered, padded) vs fast-plaid ``subset=``
+
+Data is synthetic but clustered (documents mix a few of many topic centroids plus noise;
+each query is drawn from one target document's topics), all bf16 on the GPU.
+
+Output: a table on stdout, ``gpu_maxsim.jsonl`` (one JSON object per measurement) and
+``gpu_maxsim.md`` in ``$GPU_OUT`` (default ``benchmarks/results/``). Exit status 1 when a
+correctness check failed or could not run.
+
+Run on the device machine with ``benchmarks/run_gpu.sh``. Check it here, without a GPU::
+
+    TRITON_INTERPRET=1 SMOKE=1 .venv/bin/python benchmarks/gpu_maxsim.py     # or --smoke
+
+Smoke mode shrinks every shape to a few tokens and runs our Triton kernels on the CPU under
+the Triton interpreter; ceilings and GPU-only peers are skipped.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+SMOKE = "--smoke" in sys.argv[1:] or os.environ.get("SMOKE", "").strip() not in ("", "0")
+if SMOKE:
+    # The interpreter must be chosen before torch / triton are imported.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("LIK_SUPPRESS_NORM_WARN", "1")  # our data is unit-norm already
+
+import importlib  # noqa: E402
+import importlib.metadata  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+
+import colgraph_engine as cg  # noqa: E402
+from colgraph_engine.ops import reference  # noqa: E402
+
+try:
+    from colgraph_engine.kernels import maxsim as km
+except ImportError as exc:  # a source checkout without the installed layout
+    raise SystemExit(
+        f"colgraph_engine.kernels is not importable ({exc}). The wheel maps the top-level kernels/ "
+        "to colgraph_engine/kernels; from a plain checkout run benchmarks/run_gpu.sh, which builds "
+        "that layout with symlinks.") from exc
+
+T0 = time.time()
+CUDA = torch.cuda.is_available() and not SMOKE
+DEV = torch.device("cuda" if CUDA else "cpu")
+BUDGET_S = float(os.environ.get("GPU_BUDGET_S", "420"))  # the whole run must stay under 8 min
+OUT_DIR = os.environ.get("GPU_OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+DTYPE = torch.bfloat16
+OURS = "triton"  # always name our backend: on CPU (smoke) the automatic choice would not be Triton
+
+
+# ------------------------------------------------------------------------------------------
+# Shapes
+# ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shapes:
+    d: int
+    lq: int
+    rerank_ld: int
+    rerank_nq: tuple
+    rerank_nd: tuple
+    scan_nd: int
+    scan_ld: int
+    scan_nq: tuple
+    scan_chunk_docs: int | None  # None: the library default
+    k: int
+    cand_store: int
+    cand_ld: int
+    cand_nq: int
+    cand_k: int  # candidates per query
+    lik_cand_nq: tuple  # query counts tried for the gathered late-interaction-kernels path
+    check_docs: int  # documents compared against the fp64 reference
+    n_topics: int
+    topics_per_doc: int
+    corpus_chunk: int  # documents generated per step (bounds temporary memory)
+
+
+FULL = Shapes(d=128, lq=32, rerank_ld=1030, rerank_nq=(1, 32), rerank_nd=(1024, 8192),
+              scan_nd=50_000, scan_ld=1024, scan_nq=(1, 32, 256), scan_chunk_docs=None, k=10,
+              cand_store=10_000, cand_ld=1024, cand_nq=64, cand_k=1000, lik_cand_nq=(16, 64),
+              check_docs=64, n_topics=8192, topics_per_doc=16, corpus_chunk=4096)
+# Tiny shapes for the interpreter: odd lengths leave partial tiles, 3 queries leave a group
+# partly empty, and a chunk of 3 documents makes maxsim_topk merge across chunks.
+TINY = Shapes(d=32, lq=5, rerank_ld=37, rerank_nq=(1, 3), rerank_nd=(8,),
+              scan_nd=8, scan_ld=37, scan_nq=(1, 3), scan_chunk_docs=3, k=3,
+              cand_store=8, cand_ld=37, cand_nq=3, cand_k=5, lik_cand_nq=(2,),
+              check_docs=4, n_topics=16, topics_per_doc=3, corpus_chunk=4)
+S = TINY if SMOKE else FULL
+
+
+# ------------------------------------------------------------------------------------------
+# Recording
+# ------------------------------------------------------------------------------------------
+
+class Recorder:
+    """Collects records; appends each to the JSONL file at once and rewrites the Markdown
+    summary after every section (so an abort late in the run still leaves both)."""
+
+    def __init__(self, out_dir: str):
+        os.makedirs(out_dir, exist_ok=True)
+        self.jsonl_path = os.path.join(out_dir, "gpu_maxsim.jsonl")
+        self.md_path = os.path.join(out_dir, "gpu_maxsim.md")
+        self.jsonl = open(self.jsonl_path, "w")
+        self.rows: list[dict] = []
+        self.failed_checks: list[str] = []
+
+    def rec(self, **kw) -> dict:
+        kw["t_s"] = round(time.time() - T0, 1)
+        self.rows.append(kw)
+        self.jsonl.write(json.dumps(kw, default=str) + "\n")
+        self.jsonl.flush()
+        print(json.dumps({k: v for k, v in kw.items() if k != "tb"}, default=str), flush=True)
+        return kw
+
+    def check(self, config: str, name: str, ok: bool, **values) -> None:
+        """A correctness verdict; a failed one makes the script exit non-zero."""
+        self.rec(section="correctness", config=config, check=name, ok=bool(ok), **values)
+        if not ok:
+            self.failed_checks.append(f"{config}: {name}")
+
+    def write_markdown(self) -> str:
+        text = render_markdown(self.rows)
+        with open(self.md_path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(self.md_path + ".tmp", self.md_path)
+        return text
+
+
+R: Recorder  # set in main()
+
+
+def remaining_s() -> float:
+    return BUDGET_S - (time.time() - T0)
+
+
+def run_section(name: str, fn) -> None:
+    """Runs one section unless the budget is spent; records its error instead of raising."""
+    if remaining_s() <= 0:
+        R.rec(section=name, skipped="time budget spent")
+        return
+    t = time.time()
+    try:
+        fn()
+    except Exception as exc:  # one failing section must not stop the others
+        R.rec(section=name, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:])
+        if name == "correctness":
+            R.failed_checks.append(f"correctness section raised {exc!r}"[:200])
+    finally:
+        R.rec(section=name, section_s=round(time.time() - t, 1))
+        R.write_markdown()
+
+
+def guarded(section: str, what: str, fn, **context):
+    """Runs one measurement inside a section; records a failure and returns None."""
+    try:
+        return fn()
+    except Exception as exc:
+        R.rec(section=section, impl=what, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:], **context)
+        return None
+
+
+def out_of_time(section: str, what: str, need_s: float = 0.0, **context) -> bool:
+    """True (and recorded) when fewer than `need_s` seconds of budget remain."""
+    if remaining_s() > need_s:
+        return False
+    R.rec(section=section, impl=what, skipped=f"time budget (needs ~{need_s:.0f}s)", **context)
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Timing and rates
+# ------------------------------------------------------------------------------------------
+
+def bench_ms(fn, rep_ms: int = 200) -> float:
+    """Median milliseconds of `fn()`. GPU: triton.testing.do_bench (CUDA events, L2 flushed
+    between calls). CPU (smoke): wall clock, one warm call and three timed; only proves the
+    timing path runs, the figure means nothing."""
+    if CUDA:
+        from triton.testing import do_bench
+        return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
+    fn()
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def rates(ms: float, bytes_read: int, flops: int) -> dict:
+    """ms, TB/s of bytes read and TFLOP/s, rounded for the table."""
+    s = ms * 1e-3
+    return dict(ms=round(ms, 4), TBps=round(bytes_read / s / 1e12, 3), TFLOPs=round(flops / s / 1e12, 2))
+
+
+def cross_cost(nq: int, lq: int, nd: int, ld: int, d: int) -> tuple[int, int]:
+    """(bytes read, flops) of scoring every query against every document in bf16."""
+    return 2 * (nd * ld * d + nq * lq * d), 2 * nq * lq * nd * ld * d
+
+
+# ------------------------------------------------------------------------------------------
+# Synthetic clustered data
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Corpus:
+    """``docs [Nd, Ld, d]`` bf16 unit vectors; ``topics [n_topics, d]`` fp32 centroids;
+    ``doc_topics [Nd, topics_per_doc]`` the topics each document mixes."""
+    docs: torch.Tensor
+    topics: torch.Tensor
+    doc_topics: torch.Tensor
+
+    def packed(self, first: int = 0, end: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Documents [first, end) as ``(values [T, d], offsets [N+1] int64)``: a view, no copy."""
+        sub = self.docs[first:end]
+        n, ld, d = sub.shape
+        return sub.reshape(n * ld, d), torch.arange(n + 1, device=sub.device, dtype=torch.int64) * ld
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator(device=DEV).manual_seed(seed)
+
+
+def make_corpus(nd: int, ld: int, seed: int, noise: float = 0.35) -> Corpus:
+    """Each document token is one of the document's topics plus Gaussian noise, normalised.
+    Generated `S.corpus_chunk` documents at a time so the fp32 temporaries stay bounded."""
+    g = _generator(seed)
+    topics = F.normalize(torch.randn(S.n_topics, S.d, device=DEV, generator=g), dim=-1)
+    doc_topics = torch.randint(0, S.n_topics, (nd, S.topics_per_doc), device=DEV, generator=g)
+    docs = torch.empty((nd, ld, S.d), device=DEV, dtype=DTYPE)
+    for a in range(0, nd, S.corpus_chunk):
+        b = min(nd, a + S.corpus_chunk)
+        which = torch.randint(0, S.topics_per_doc, (b - a, ld), device=DEV, generator=g)
+        centre = topics[torch.gather(doc_topics[a:b], 1, which)]  # [n, ld, d]
+        centre += (noise / S.d ** 0.5) * torch.randn(centre.shape, device=DEV, generator=g)
+        docs[a:b] = F.normalize(centre, dim=-1).to(DTYPE)
+        del centre, which
+    return Corpus(docs, topics, doc_topics)
+
+
+def make_queries(corpus: Corpus, nq: int, seed: int, noise: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(target [Nq] int64, queries [Nq, Lq, d] bf16)``: each query's tokens come from the
+    topics of one target document, noisier than the documents' own tokens."""
+    g = _generator(seed)
+    nd = corpus.docs.shape[0]
+    target = torch.randint(0, nd, (nq,), device=DEV, generator=g)
+    which = torch.randint(0, S.topics_per_doc, (nq, S.lq), device=DEV, generator=g)
+    centre = corpus.topics[torch.gather(corpus.doc_topics[target], 1, which)]
+    centre += (noise / S.d ** 0.5) * torch.randn(centre.shape, device=DEV, generator=g)
+    return target, F.normalize(centre, dim=-1).to(DTYPE)
+
+
+def pack_queries(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[Nq, Lq, d]`` -> ``(values [Nq*Lq, d], offsets [Nq+1])``."""
+    nq, lq, d = q.shape
+    return q.reshape(nq * lq, d), torch.arange(nq + 1, device=q.device, dtype=torch.int64) * lq
+
+
+def make_candidates(target: torch.Tensor, n_docs: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR candidate lists: for each query, `k` distinct sorted ids that include its target.
+    Returns ``(cand_offsets [Nq+1], cand_ids [Nq*k])``, both int64 on the device."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for t in target.tolist():
+        others = torch.randperm(n_docs - 1, generator=g)[:k - 1]
+        others += (others >= t).long()  # skip the target so it appears exactly once
+        rows.append(torch.sort(torch.cat([others, torch.tensor([t])])).values)
+    ids = torch.stack(rows).reshape(-1).to(DEV)
+    offsets = torch.arange(target.numel() + 1, dtype=torch.int64, device=DEV) * k
+    return offsets, ids
+
+
+_corpora: dict[str, Corpus] = {}
+_CORPUS_SPECS = {  # name -> (Nd, Ld, seed); rerank stores are one per Nd
+    **{f"rerank{nd}": (nd, S.rerank_ld, nd) for nd in S.rerank_nd},
+    "scan": (S.scan_nd, S.scan_ld, 7),
+    "candidates": (S.cand_store, S.cand_ld, 11),
+}
+
+
+def corpus(name: str) -> Corpus:
+    """The named store, generated once and kept until :func:`drop_corpus`."""
+    if name not in _corpora:
+        nd, ld, seed = _CORPUS_SPECS[name]
+        _corpora[name] = make_corpus(nd, ld, seed)
+        sync()
+    return _corpora[name]
+
+
+def drop_corpus(name: str) -> None:
+    _corpora.pop(name, None)
+    if CUDA:
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------
+# Peers (optional; each is skipped with a reason when it cannot run here)
+# ------------------------------------------------------------------------------------------
+
+_PEER_MODULES = {"lik": "late_interaction_kernels", "colpali": "colpali_engine.utils.processing_utils",
+                 "fast_plaid": "fast_plaid.search"}
+_PEER_DISTS = {"lik": "late-interaction-kernels", "colpali": "colpali-engine", "fast_plaid": "fast-plaid"}
+_GPU_ONLY = {"lik", "fast_plaid"}  # their kernels need CUDA; colpali's torch path runs anywhere
+
+
+def peer(name: str, section: str):
+    """The peer's module, or None after recording why it is skipped."""
+    if name in _GPU_ONLY and not CUDA:
+        R.rec(section=section, impl=name, skipped="needs CUDA")
+        return None
+    try:
+        return importlib.import_module(_PEER_MODULES[name])
+    except Exception as exc:  # not installed, or a missing dependency of it
+        R.rec(section=section, impl=name, skipped=f"import failed: {exc!r}"[:300])
+        return None
+
+
+def call_with_supported(fn, *args, **kwargs):
+    """Calls `fn`, dropping keyword arguments its signature does not take (peer versions drift)."""
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn(*args, **kwargs)
+
+
+def varlen_caller(lik):
+    """A ``f(qv, qo, dv, do) -> [Nq, Nd]`` over ``lik.maxsim_varlen``, or a reason it can't be built.
+
+    Matches the installed signature by parameter names: two packed tensors, then cumulative
+    offsets (``cu_seqlens_*``) for queries and documents, optional ``max_seqlen_*``."""
+    fn = getattr(lik, "maxsim_varlen", None)
+    if fn is None:
+        return None, "late_interaction_kernels has no maxsim_varlen"
+    names = list(inspect.signature(fn).parameters)
+    cu = [n for n in names if "cu" in n.lower() or ("seqlen" in n.lower() and "max" not in n.lower())]
+    mx = [n for n in names if "max" in n.lower()]
+    if len(names) < 4 or len(cu) != 2:
+        return None, f"unrecognised signature maxsim_varlen{inspect.signature(fn)}"
+    cu_q = next((n for n in cu if n.lower().endswith("q")), cu[0])
+    cu_d = cu[1] if cu_q == cu[0] else cu[0]
+    max_q = next((n for n in mx if n.lower().endswith("q")), None)
+    max_d = next((n for n in mx if n.lower().endswith("d")), None)
+
+    def call(qv, qo, dv, do, lq, ld):
+        kw = {cu_q: qo, cu_d: do}
+        if max_q and max_d:
+            kw.update({max_q: lq, max_d: ld})
+        return fn(qv, dv, **kw)
+    return call, str(inspect.signature(fn))
+
+
+# ------------------------------------------------------------------------------------------
+# Sections
+# ------------------------------------------------------------------------------------------
+
+def section_env() -> None:
+    """GPU, versions, and which of our backends can run."""
+    info = dict(section="env", smoke=SMOKE, device=str(DEV), torch=torch.__version__,
+                triton=triton.__version__, python=platform.python_version(),
+                colgraph_engine=cg.__version__, budget_s=BUDGET_S, backends=cg.backends())
+    if CUDA:
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, sms=p.multi_processor_count, mem_gib=round(p.total_memory / 2**30, 1),
+                    cuda=torch.version.cuda)
+    for key, dist in _PEER_DISTS.items():
+        try:
+            info[f"{key}_version"] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            info[f"{key}_version"] = None
+    R.rec(**info)
+
+
+def section_ceilings() -> None:
+    """What the machine can do at best: copy bandwidth and bf16 matmul rate."""
+    if not CUDA:
+        R.rec(section="ceilings", skipped="needs CUDA")
+        return
+    n = 1 << 30  # 2 GiB of bf16 each way: far past L2
+    src = torch.empty(n, device=DEV, dtype=DTYPE).normal_()
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    R.rec(section="ceilings", what="d2d_copy", TBps=round(2 * n * 2 / (ms * 1e-3) / 1e12, 3), ms=round(ms, 4))
+    del src, dst
+    m = 8192
+    a = torch.randn(m, m, device=DEV, dtype=DTYPE)
+    b = torch.randn(m, m, device=DEV, dtype=DTYPE)
+    ms = bench_ms(lambda: a @ b, rep_ms=300)
+    R.rec(section="ceilings", what="bf16_matmul_8192", TFLOPs=round(2 * m**3 / (ms * 1e-3) / 1e12, 1), ms=round(ms, 4))
+    del a, b
+    torch.cuda.empty_cache()
+
+
+# --- correctness ---------------------------------------------------------------------------
+
+def torch_in_dtype(q: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
+    """The yardstick: MaxSim as plain torch computes it in the inputs' dtype.
+    ``q [Nq, Lq, d]``, ``docs [N, Ld, d]`` -> ``[Nq, N]`` fp32 (similarities and maxima in
+    bf16, the final sum in fp32, like the torch GEMM + amax peer)."""
+    nq, lq, d = q.shape
+    n, ld, _ = docs.shape
+    sim = (q.reshape(nq * lq, d) @ docs.reshape(n * ld, d).T).view(nq, lq, n, ld)
+    return sim.amax(-1).float().sum(1)
+
+
+def check_cross(config: str, q: torch.Tensor, c: Corpus) -> torch.Tensor:
+    """Ours vs fp64 on the first `S.check_docs` documents; returns ours on all documents
+    ``[Nq, Nd]`` (computed first so the autotuner sees the full-size problem)."""
+    qv, qo = pack_queries(q)
+    dv, do = c.packed()
+    full = cg.maxsim(qv, qo, dv, do, backend=OURS)
+    n = min(S.check_docs, c.docs.shape[0])
+    sv, so = c.packed(0, n)
+    ours = cg.maxsim(qv, qo, sv, so, backend=OURS).double()
+    exact = reference.maxsim_cross_reference(qv, qo, sv, so, acc_dtype=torch.float64)
+    plain = torch_in_dtype(q, c.docs[:n]).double()
+    scale = float(exact.abs().max().clamp_min(1e-30))
+    err, err_torch = float((ours - exact).abs().max()), float((plain - exact).abs().max())
+    # DESIGN.md's yardstick: at most ~2x the error of torch in the input dtype.
+    ok = err <= 2 * err_torch + 1e-6 * scale and bool(torch.isfinite(full).all())
+    same_sub = float((full[:, :n].double() - ours).abs().max())
+    R.check(config, "cross_vs_fp64", ok and same_sub == 0.0, docs=n, max_abs_err=err, max_rel_err=err / scale,
+            torch_bf16_max_rel_err=err_torch / scale, full_vs_subset_max_abs=same_sub)
+    return full
+
+
+def check_candidates(config: str, q: torch.Tensor, c: Corpus, full: torch.Tensor,
+                     co: torch.Tensor, ci: torch.Tensor) -> None:
+    """Ours per-pair scores vs the cross scores gathered at the same (query, doc) pairs, and on
+    the first queries vs the fp64 candidates reference."""
+    qv, qo = pack_queries(q)
+    dv, do = c.packed()
+    got = cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS)
+    owner = torch.repeat_interleave(torch.arange(q.shape[0], device=DEV), co.diff())
+    want = full[owner, ci]
+    scale = float(want.abs().max().clamp_min(1e-30))
+    diff = float((got - want).abs().max()) if got.numel() else 0.0
+    nq_ref = min(2, q.shape[0])
+    cut = int(co[nq_ref])
+    exact = reference.maxsim_candidates_reference(qv, qo, dv, do, co[:nq_ref + 1], ci[:cut], acc_dtype=torch.float64)
+    err = float((got[:cut].double() - exact).abs().max()) if cut else 0.0
+    ok = diff <= 1e-5 * scale and err <= 1e-4 * scale and bool(torch.isfinite(got).all())
+    R.check(config, "candidates_vs_cross_gathered", ok, pairs=int(ci.numel()), max_abs_diff=diff,
+            bit_equal=diff == 0.0, fp64_queries=nq_ref, fp64_max_rel_err=err / scale)
+
+
+def topk_agreement(scores: torch.Tensor, idx: torch.Tensor, full: torch.Tensor, k: int, tol: float) -> dict:
+    """Whether ``(scores, idx) [Nq, k]`` is a top-k of ``full [Nq, Nd]`` up to ties.
+
+    Every document strictly above torch.topk's k-th score (by more than `tol`) must be
+    returned; every returned document must reach the k-th score (within `tol`); returned
+    scores must equal the cross scores of the returned ids."""
+    ref_s, ref_i = torch.topk(full, k, dim=1)
+    kth = ref_s[:, -1:]
+    returned = torch.zeros_like(full, dtype=torch.bool).scatter_(1, idx, True)
+    missed = int(((full > kth + tol) & ~returned).sum())
+    too_low = int((full.gather(1, idx) < kth - tol).sum())
+    score_err = float((scores - full.gather(1, idx)).abs().max())
+    dup = int(sum(len(set(r)) != len(r) for r in idx.tolist()))
+    overlap = sum(len(set(a) & set(b)) for a, b in zip(idx.tolist(), ref_i.tolist())) / idx.numel()
+    ok = missed == 0 and too_low == 0 and score_err <= tol and dup == 0
+    return dict(ok=ok, missed=missed, below_kth=too_low, score_max_abs_err=score_err, duplicates=dup,
+                raw_set_overlap=round(overlap, 4))
+
+
+def check_topk(config: str, q: torch.Tensor, c: Corpus, full: torch.Tensor) -> None:
+    qv, qo = pack_queries(q)
+    dv, do = c.packed()
+    k = min(S.k, c.docs.shape[0])
+    scores, idx = cg.maxsim_topk(qv, qo, dv, do, k, chunk_docs=S.scan_chunk_docs, backend=OURS)
+    tol = 1e-5 * float(full.abs().max().clamp_min(1.0))
+    res = topk_agreement(scores, idx, full, k, tol)
+    R.check(config, "topk_vs_torch_topk", res.pop("ok"), k=k, chunk_docs=S.scan_chunk_docs, **res)
+
+
+def correctness_configs():
+    """(label, store name, Nq), the largest problem of each autotune key first: the kernel's
+    autotune key ignores the problem size, so the first call picks the config for all."""
+    for nq in S.scan_nq:
+        yield f"scan nq={nq}", "scan", nq
+    yield f"candidates nq={S.cand_nq}", "candidates", S.cand_nq
+    for nd in S.rerank_nd:
+        for nq in S.rerank_nq:
+            yield f"rerank nq={nq} nd={nd}", f"rerank{nd}", nq
+
+
+def section_correctness() -> None:
+    """Every benchmarked shape, checked on this device before anything is timed."""
+    for label, store, nq in correctness_configs():
+        if out_of_time("correctness", label, 20):
+            continue
+        c = corpus(store)
+        target, q = make_queries(c, nq, seed=1000 + nq)
+        full = check_cross(label, q, c)
+        k = min(S.cand_k, c.docs.shape[0]) if store == "candidates" else min(100, c.docs.shape[0])
+        co, ci = make_candidates(target, c.docs.shape[0], k, seed=nq)
+        check_candidates(label, q, c, full, co, ci)
+        check_topk(label, q, c, full)
+        del full
+    sync()
+
+
+# --- rerank --------------------------------------------------------------------------------
+
+def rerank_impls(q: torch.Tensor, c: Corpus):
+    """(name, zero-argument callable) of every implementation that can run here.
+    ``q [Nq, Lq, d]``; each callable returns the ``[Nq, Nd]`` scores."""
+    qv, qo = pack_queries(q)
+    dv, do = c.packed()
+    nq, nd = q.shape[0], c.docs.shape[0]
+    yield "ours cg.maxsim", lambda: cg.maxsim(qv, qo, dv, do, backend=OURS)
+    yield "ours km.maxsim_cross", lambda: km.maxsim_cross(qv, qo, dv, do)
+    lik = peer("lik", "rerank")
+    if lik is not None:
+        yield "lik.maxsim", lambda: lik.maxsim(q, c.docs)
+        call, sig = varlen_caller(lik)
+        if call is None:
+            R.rec(section="rerank", impl="lik.maxsim_varlen", skipped=sig)
+        else:
+            yield "lik.maxsim_varlen", lambda: call(qv, qo, dv, do, S.lq, S.rerank_ld)
+    if nq * nd <= 32 * 8192:
+        colpali = peer("colpali", "rerank")
+        if colpali is not None:
+            os.environ["COLPALI_SCORES_BACKEND"] = "torch"  # newer releases may default to lik
+            P = colpali.BaseVisualRetrieverProcessor
+            q_list, d_list = list(q), list(c.docs)
+            yield "colpali score_multi_vector[torch]", lambda: P.score_multi_vector(q_list, d_list, device=DEV)
+    yield "torch GEMM+amax", lambda: torch_in_dtype(q, c.docs)
+
+
+def section_rerank() -> None:
+    """[Nq, Nd] cross scores; speed ratio of ours against the fastest peer per shape."""
+    for nd in S.rerank_nd:
+        c = corpus(f"rerank{nd}")
+        for nq in S.rerank_nq:
+            if out_of_time("rerank", f"nq={nq} nd={nd}", 15):
+                continue
+            _, q = make_queries(c, nq, seed=2000 + nq)
+            byts, flops = cross_cost(nq, S.lq, nd, S.rerank_ld, S.d)
+            shape = dict(nq=nq, nd=nd, lq=S.lq, ld=S.rerank_ld, d=S.d)
+            ms_by = {}
+            ours_first = cg.maxsim(*pack_queries(q), *c.packed(), backend=OURS)
+            for name, fn in rerank_impls(q, c):
+                if out_of_time("rerank", name, 5, **shape):
+                    continue
+                ms = guarded("rerank", name, lambda: bench_ms(fn), **shape)
+                if ms is None:
+                    continue
+                agree = guarded("rerank", name + " agreement", lambda: max_rel_diff(fn(), ours_first), **shape)
+                ms_by[name] = ms
+                R.rec(section="rerank", impl=name, **shape, **rates(ms, byts, flops), rel_diff_vs_ours=agree)
+            record_ratio("rerank", ms_by, shape)
+        drop_corpus(f"rerank{nd}")
+
+
+def max_rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b|, on b's device (peers such as colpali return CPU tensors)."""
+    a = a.to(b.device, torch.float32)
+    return round(float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)), 7)
+
+
+def record_ratio(section: str, ms_by: dict, shape: dict) -> None:
+    """Speed-up of each of our entries over the fastest peer (> 1: ours is faster)."""
+    peers = {k: v for k, v in ms_by.items() if not k.startswith("ours")}
+    if not peers:
+        R.rec(section=section, what="ratio", note="no peer measured", **shape)
+        return
+    best = min(peers, key=peers.get)
+    ratios = {f"speedup[{k}]": round(peers[best] / v, 3) for k, v in ms_by.items() if k.startswith("ours")}
+    R.rec(section=section, what="ratio", best_peer=best, best_peer_ms=round(peers[best], 4), **shape, **ratios)
+
+
+# --- scan ----------------------------------------------------------------------------------
+
+def recall(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mean over rows of |set(a_i) & set(b_i)| / k, for ``[Nq, k]`` index tensors."""
+    return round(sum(len(set(x) & set(y)) for x, y in zip(a.tolist(), b.tolist())) / max(1, a.numel()), 4)
+
+
+def section_scan() -> None:
+    """Exact top-k over the whole store: the brute-force bar a prefilter has to beat."""
+    c = corpus("scan")
+    dv, do = c.packed()
+    nd = c.docs.shape[0]
+    k = min(S.k, nd)
+    lik = peer("lik", "scan")
+    for nq in S.scan_nq:
+        if out_of_time("scan", f"nq={nq}", 20):
+            continue
+        target, q = make_queries(c, nq, seed=3000 + nq)
+        qv, qo = pack_queries(q)
+        shape = dict(nq=nq, nd=nd, lq=S.lq, ld=S.scan_ld, d=S.d, k=k)
+        byts, flops = cross_cost(nq, S.lq, nd, S.scan_ld, S.d)
+
+        def ours():
+            return cg.maxsim_topk(qv, qo, dv, do, k, chunk_docs=S.scan_chunk_docs, backend=OURS)
+        _, idx = ours()
+        ms_by = {"ours cg.maxsim_topk": bench_ms(ours, rep_ms=100)}
+        R.rec(section="scan", impl="ours cg.maxsim_topk", **shape, **rates(ms_by["ours cg.maxsim_topk"], byts, flops),
+              hit1=hit_at_1(idx, target), chunk_docs=S.scan_chunk_docs)
+        if lik is not None:
+            def theirs():
+                return call_with_supported(lik.retrieve, q, c.docs, top_k=k, chunk=8192, normalize=False)
+            res = guarded("scan", "lik.retrieve", theirs, **shape)
+            if res is not None:
+                lik_idx = res[1]
+                ms = guarded("scan", "lik.retrieve", lambda: bench_ms(theirs, rep_ms=100), **shape)
+                if ms is not None:
+                    ms_by["lik.retrieve"] = ms
+                    R.rec(section="scan", impl="lik.retrieve", **shape, **rates(ms, byts, flops),
+                          hit1=hit_at_1(lik_idx, target), recall_ours_vs_lik=recall(idx, lik_idx))
+        record_ratio("scan", ms_by, shape)
+    drop_corpus("scan")
+
+
+def hit_at_1(idx: torch.Tensor, target: torch.Tensor) -> float:
+    """Fraction of queries whose best document is their target (``idx [Nq, k]``)."""
+    return round(float((idx[:, 0].to(target.device) == target).float().mean()), 4)
+
+
+# --- candidates ----------------------------------------------------------------------------
+
+def section_candidates() -> None:
+    """Each query scores only its own candidates (the graph-linked images in ColGraphRAG)."""
+    c = corpus("candidates")
+    nd = c.docs.shape[0]
+    nq, kc = S.cand_nq, min(S.cand_k, nd)
+    target, q = make_queries(c, nq, seed=4000)
+    co, ci = make_candidates(target, nd, kc, seed=4001)
+    qv, qo = pack_queries(q)
+    dv, do = c.packed()
+    touched = int(torch.unique(ci).numel())
+    shape = dict(nq=nq, cand_per_query=kc, store=nd, lq=S.lq, ld=S.cand_ld, d=S.d)
+    byts = 2 * (touched * S.cand_ld * S.d + nq * S.lq * S.d)  # each touched document read once
+    flops = 2 * ci.numel() * S.lq * S.cand_ld * S.d
+    ours_scores = cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS)
+    best_local = ours_scores.view(nq, kc).argmax(1)
+    hit1 = round(float((ci.view(nq, kc).gather(1, best_local[:, None])[:, 0] == target).float().mean()), 4)
+    ms_by = {}
+    for name, fn in (("ours cg.maxsim_candidates", lambda: cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS)),
+                     ("ours km.maxsim_candidates", lambda: km.maxsim_candidates(qv, qo, dv, do, co, ci))):
+        ms = bench_ms(fn)
+        ms_by[name] = ms / nq
+        R.rec(section="candidates", impl=name, **shape, **rates(ms, byts, flops), ms_per_query=round(ms / nq, 4),
+              docs_touched=touched, hit1=hit1)
+    lik = peer("lik", "candidates")
+    later = []
+    if lik is not None:
+        for n in S.lik_cand_nq:
+            if n > nq:
+                continue
+            if n * kc * S.cand_ld * S.d >= 2**31:
+                later.append(n)  # may fault the CUDA context: run after everything else
+                continue
+            ms = lik_gathered("candidates", lik, q, c, ci, kc, n, ours_scores, shape)
+            if ms is not None:
+                ms_by[f"lik gathered+maxsim ({n} q)"] = ms
+    fast_plaid_subset(c, q, target, co, ci, kc, ours_scores, shape, ms_by)
+    per_query = {k: v for k, v in ms_by.items()}
+    record_ratio("candidates", per_query, dict(shape, unit="ms_per_query"))
+    R.write_markdown()
+    # Last of the whole run on purpose: a padded gather past 2^31 elements made
+    # late-interaction-kernels fault with an illegal memory access, which leaves the CUDA
+    # context unusable for anything after it.
+    for n in later:
+        lik_gathered("candidates", lik, q, c, ci, kc, n, ours_scores, shape)
+
+
+def lik_gathered(section: str, lik, q: torch.Tensor, c: Corpus, ci: torch.Tensor, kc: int, n: int,
+                 ours_scores: torch.Tensor, shape: dict) -> float | None:
+    """late-interaction-kernels on candidates the way its API allows: gather the first `n`
+    queries' candidates into a padded ``[n, K, Ld, d]`` tensor, then one KD-layout
+    ``lik.maxsim(Q [n, Lq, d], D [n, K, Ld, d]) -> [n, K]``. Returns ms per query."""
+    what = f"lik gathered+maxsim ({n} q)"
+    ids = ci[:n * kc].view(n, kc)
+    qn = q[:n].contiguous()
+    ctx = dict(shape, nq=n, elements=n * kc * S.cand_ld * S.d)
+    try:
+        gathered = c.docs[ids]  # [n, K, Ld, d]
+        scores = lik.maxsim(qn, gathered)
+        sync()
+        diff = max_rel_diff(scores.reshape(-1), ours_scores[:n * kc])
+        gather_ms = bench_ms(lambda: c.docs[ids])
+        score_ms = bench_ms(lambda: lik.maxsim(qn, gathered))
+    except Exception as exc:
+        R.rec(section=section, impl=what, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:], **ctx)
+        return None
+    per_q = (gather_ms + score_ms) / n
+    R.rec(section=section, impl=what, **ctx, gather_ms=round(gather_ms, 4), score_ms=round(score_ms, 4),
+          ms_per_query=round(per_q, 4), rel_diff_vs_ours=diff)
+    del gathered
+    return per_q
+
+
+def fast_plaid_subset(c: Corpus, q: torch.Tensor, target: torch.Tensor, co: torch.Tensor, ci: torch.Tensor,
+                      kc: int, ours_scores: torch.Tensor, shape: dict, ms_by: dict) -> None:
+    """fast-plaid's ``search(..., subset=)``: a PLAID index (nbits=4) over the store, each query
+    restricted to its candidate ids. Records ms per query, hit@1, recall@10 against our exact
+    top-10 within the candidates, and whether candidates went unscored (dropped)."""
+    fp_mod = peer("fast_plaid", "candidates")
+    if fp_mod is None or out_of_time("candidates", "fast_plaid", 60, **shape):
+        return
+    nq, nd = q.shape[0], c.docs.shape[0]
+    k = min(S.k, kc)
+    subs = [row.tolist() for row in ci.view(nq, kc).cpu()]
+    exact_local = torch.topk(ours_scores.view(nq, kc), k, dim=1).indices
+    exact_ids = ci.view(nq, kc).gather(1, exact_local).cpu()
+    qf = q.float()
+
+    def search(queries, top_k, subset):
+        return call_with_supported(index.search, queries_embeddings=queries, top_k=top_k, subset=subset,
+                                   show_progress=False)
+    try:
+        t = time.time()
+        index = fp_mod.FastPlaid(index=tempfile.mkdtemp(prefix="fastplaid_"), device=str(DEV))
+        call_with_supported(index.create, documents_embeddings=[c.docs[i].float() for i in range(nd)], nbits=4)
+        sync()
+        build_s = time.time() - t
+        search(qf[:4], k, subs[:4])  # warm-up
+        sync()
+        t = time.time()
+        res = search(qf, k, subs)
+        sync()
+        per_q = (time.time() - t) * 1e3 / nq
+        got = torch.tensor([[int(p) for p, _ in r] + [-1] * (k - len(r)) for r in res])
+        full = search(qf, kc, subs)  # ask for every candidate: fewer back means some were dropped
+        returned = [len(r) for r in full]
+        outside = sum(len(set(int(p) for p, _ in r) - set(s)) for r, s in zip(full, subs))
+    except Exception as exc:
+        R.rec(section="candidates", impl="fast_plaid.search(subset=)", error=repr(exc)[:500],
+              tb=traceback.format_exc()[-1500:], **shape)
+        return
+    ms_by["fast_plaid.search(subset=)"] = per_q
+    R.rec(section="candidates", impl="fast_plaid.search(subset=)", **shape, nbits=4, build_s=round(build_s, 1),
+          ms_per_query=round(per_q, 4), hit1=hit_at_1(got, target.cpu()), recall10_vs_exact=recall(got, exact_ids),
+          returned_min=min(returned), returned_mean=round(sum(returned) / nq, 1),
+          dropped_candidates=kc * nq - sum(returned), ids_outside_subset=outside)
+
+
+# ------------------------------------------------------------------------------------------
+# Markdown
+# ------------------------------------------------------------------------------------------
+
+_SHAPE_KEYS = ("nq", "nd", "store", "cand_per_query", "lq", "ld", "d", "k")
+_SKIP_KEYS = {"section", "impl", "what", "check", "config", "tb", "t_s", "ms", "TBps", "TFLOPs", "ok", "unit", *_SHAPE_KEYS}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _shape(r: dict) -> str:
+    return " ".join(f"{k}={r[k]}" for k in _SHAPE_KEYS if k in r)
+
+
+def _extras(r: dict) -> str:
+    return "; ".join(f"{k}={_fmt(v)}" for k, v in r.items() if k not in _SKIP_KEYS)
+
+
+def render_markdown(rows: list[dict]) -> str:
+    """Environment, correctness verdicts, timings, then errors and skips."""
+    lines = ["# colgraph_engine MaxSim on a GPU" + (" (SMOKE: CPU interpreter, timings meaningless)" if SMOKE else ""), ""]
+    env = next((r for r in rows if r.get("section") == "env" and "torch" in r), None)
+    if env:
+        lines += ["## Environment", ""] + [f"* {k}: {_fmt(v)}" for k, v in env.items() if k not in ("section", "t_s")] + [""]
+    ceil = [r for r in rows if r.get("section") == "ceilings" and "what" in r]
+    if ceil:
+        lines += ["## Ceilings", "", "| what | TB/s | TFLOP/s | ms |", "|---|---|---|---|"]
+        lines += [f"| {r['what']} | {_fmt(r.get('TBps', ''))} | {_fmt(r.get('TFLOPs', ''))} | {_fmt(r['ms'])} |" for r in ceil]
+        lines.append("")
+    checks = [r for r in rows if "check" in r]
+    if checks:
+        lines += ["## Correctness", "", "| config | check | ok | details |", "|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['check']} | {'PASS' if r['ok'] else '**FAIL**'} | {_extras(r)} |" for r in checks]
+        lines.append("")
+    timed = [r for r in rows if ("ms" in r or "ms_per_query" in r) and "impl" in r and "error" not in r]
+    if timed:
+        lines += ["## Speed", "", "| section | impl | shape | ms | TB/s | TFLOP/s | notes |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['section']} | {r['impl']} | {_shape(r)} | {_fmt(r.get('ms', ''))} | {_fmt(r.get('TBps', ''))} "
+                  f"| {_fmt(r.get('TFLOPs', ''))} | {_extras(r)} |" for r in timed]
+        lines.append("")
+    ratios = [r for r in rows if r.get("what") == "ratio"]
+    if ratios:
+        lines += ["## Ours vs the fastest peer (speed-up > 1: ours faster)", "", "| section | shape | details |", "|---|---|---|"]
+        lines += [f"| {r['section']} | {_shape(r)} | {_extras(r)} |" for r in ratios]
+        lines.append("")
+    bad = [r for r in rows if "error" in r or "skipped" in r]
+    if bad:
+        lines += ["## Errors and skips", "", "| section | what | shape | reason |", "|---|---|---|---|"]
+        lines += [f"| {r['section']} | {r.get('impl', r.get('what', ''))} | {_shape(r)} | "
+                  f"{_fmt(r.get('error', r.get('skipped')))} |" for r in bad]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------
+
+SECTIONS = (("env", section_env), ("ceilings", section_ceilings), ("correctness", section_correctness),
+            ("rerank", section_rerank), ("scan", section_scan), ("candidates", section_candidates))
+
+
+def main() -> int:
+    global R
+    R = Recorder(OUT_DIR)
+    wanted = os.environ.get("SECTIONS", ",".join(n for n, _ in SECTIONS)).split(",")
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for name, fn in SECTIONS:
+            if name in wanted:
+                run_section(name, fn)
+    if "correctness" in wanted and not any("check" in r for r in R.rows):
+        R.failed_checks.append("no correctness check ran")
+    R.rec(section="done", total_s=round(time.time() - T0, 1), failed_checks=R.failed_checks)
+    print("\n" + R.write_markdown())
+    print(f"wrote {R.jsonl_path} and {R.md_path}")
+    if R.failed_checks:
+        print("CORRECTNESS FAILED: " + "; ".join(R.failed_checks), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
