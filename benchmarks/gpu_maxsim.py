@@ -364,7 +364,8 @@ def varlen_caller(lik):
     names = list(inspect.signature(fn).parameters)
     cu = [n for n in names if "cu" in n.lower() or ("seqlen" in n.lower() and "max" not in n.lower())]
     mx = [n for n in names if "max" in n.lower()]
-    if len(names) < 4 or len(cu) != 2:
+    data = [n for n in names if n not in cu and n not in mx][:2]
+    if len(data) != 2 or len(cu) != 2:
         return None, f"unrecognised signature maxsim_varlen{inspect.signature(fn)}"
     cu_q = next((n for n in cu if n.lower().endswith("q")), cu[0])
     cu_d = cu[1] if cu_q == cu[0] else cu[0]
@@ -372,10 +373,10 @@ def varlen_caller(lik):
     max_d = next((n for n in mx if n.lower().endswith("d")), None)
 
     def call(qv, qo, dv, do, lq, ld):
-        kw = {cu_q: qo, cu_d: do}
+        kw = {data[0]: qv, data[1]: dv, cu_q: qo, cu_d: do}
         if max_q and max_d:
             kw.update({max_q: lq, max_d: ld})
-        return fn(qv, dv, **kw)
+        return fn(**kw)
     return call, str(inspect.signature(fn))
 
 
@@ -446,9 +447,10 @@ def check_cross(config: str, q: torch.Tensor, c: Corpus) -> torch.Tensor:
     scale = float(exact.abs().max().clamp_min(1e-30))
     err, err_torch = float((ours - exact).abs().max()), float((plain - exact).abs().max())
     # DESIGN.md's yardstick: at most ~2x the error of torch in the input dtype.
-    ok = err <= 2 * err_torch + 1e-6 * scale and bool(torch.isfinite(full).all())
-    same_sub = float((full[:, :n].double() - ours).abs().max())
-    R.check(config, "cross_vs_fp64", ok and same_sub == 0.0, docs=n, max_abs_err=err, max_rel_err=err / scale,
+    same_sub = float((full[:, :n].double() - ours).abs().max())  # same kernel, same pairs: expect 0
+    ok = (err <= 2 * err_torch + 1e-6 * scale and same_sub <= 1e-5 * scale
+          and bool(torch.isfinite(full).all()))
+    R.check(config, "cross_vs_fp64", ok, docs=n, max_abs_err=err, max_rel_err=err / scale,
             torch_bf16_max_rel_err=err_torch / scale, full_vs_subset_max_abs=same_sub)
     return full
 
@@ -466,7 +468,8 @@ def check_candidates(config: str, q: torch.Tensor, c: Corpus, full: torch.Tensor
     diff = float((got - want).abs().max()) if got.numel() else 0.0
     nq_ref = min(2, q.shape[0])
     cut = int(co[nq_ref])
-    exact = reference.maxsim_candidates_reference(qv, qo, dv, do, co[:nq_ref + 1], ci[:cut], acc_dtype=torch.float64)
+    exact = reference.maxsim_candidates_reference(qv[:int(qo[nq_ref])], qo[:nq_ref + 1], dv, do, co[:nq_ref + 1],
+                                                  ci[:cut], acc_dtype=torch.float64)
     err = float((got[:cut].double() - exact).abs().max()) if cut else 0.0
     ok = diff <= 1e-5 * scale and err <= 1e-4 * scale and bool(torch.isfinite(got).all())
     R.check(config, "candidates_vs_cross_gathered", ok, pairs=int(ci.numel()), max_abs_diff=diff,
@@ -546,7 +549,8 @@ def rerank_impls(q: torch.Tensor, c: Corpus):
         if call is None:
             R.rec(section="rerank", impl="lik.maxsim_varlen", skipped=sig)
         else:
-            yield "lik.maxsim_varlen", lambda: call(qv, qo, dv, do, S.lq, S.rerank_ld)
+            qo32, do32 = qo.to(torch.int32), do.to(torch.int32)  # its native offsets: no cast in the timing
+            yield "lik.maxsim_varlen", lambda: call(qv, qo32, dv, do32, S.lq, S.rerank_ld)
     if nq * nd <= 32 * 8192:
         colpali = peer("colpali", "rerank")
         if colpali is not None:
@@ -685,8 +689,7 @@ def section_candidates() -> None:
             if ms is not None:
                 ms_by[f"lik gathered+maxsim ({n} q)"] = ms
     fast_plaid_subset(c, q, target, co, ci, kc, ours_scores, shape, ms_by)
-    per_query = {k: v for k, v in ms_by.items()}
-    record_ratio("candidates", per_query, dict(shape, unit="ms_per_query"))
+    record_ratio("candidates", ms_by, dict(shape, unit="ms_per_query"))
     R.write_markdown()
     # Last of the whole run on purpose: a padded gather past 2^31 elements made
     # late-interaction-kernels fault with an illegal memory access, which leaves the CUDA
@@ -752,18 +755,25 @@ def fast_plaid_subset(c: Corpus, q: torch.Tensor, target: torch.Tensor, co: torc
         sync()
         per_q = (time.time() - t) * 1e3 / nq
         got = torch.tensor([[int(p) for p, _ in r] + [-1] * (k - len(r)) for r in res])
-        full = search(qf, kc, subs)  # ask for every candidate: fewer back means some were dropped
-        returned = [len(r) for r in full]
-        outside = sum(len(set(int(p) for p, _ in r) - set(s)) for r, s in zip(full, subs))
     except Exception as exc:
         R.rec(section="candidates", impl="fast_plaid.search(subset=)", error=repr(exc)[:500],
               tb=traceback.format_exc()[-1500:], **shape)
         return
     ms_by["fast_plaid.search(subset=)"] = per_q
     R.rec(section="candidates", impl="fast_plaid.search(subset=)", **shape, nbits=4, build_s=round(build_s, 1),
-          ms_per_query=round(per_q, 4), hit1=hit_at_1(got, target.cpu()), recall10_vs_exact=recall(got, exact_ids),
-          returned_min=min(returned), returned_mean=round(sum(returned) / nq, 1),
-          dropped_candidates=kc * nq - sum(returned), ids_outside_subset=outside)
+          ms_per_query=round(per_q, 4), hit1=hit_at_1(got, target.cpu()), recall10_vs_exact=recall(got, exact_ids))
+    guarded("candidates", "fast_plaid dropped-candidates probe", lambda: fast_plaid_dropped(search, qf, subs, kc), **shape)
+
+
+def fast_plaid_dropped(search, qf: torch.Tensor, subs: list, kc: int) -> None:
+    """Asks fast-plaid for all `kc` candidates of each query: fewer back means its IVF probe
+    left some candidates unscored (dropped) before the subset filter."""
+    full = search(qf, kc, subs)
+    returned = [len(r) for r in full]
+    outside = sum(len({int(p) for p, _ in r} - set(s)) for r, s in zip(full, subs))
+    R.rec(section="candidates", what="fast_plaid_dropped", asked_per_query=kc, returned_min=min(returned),
+          returned_mean=round(sum(returned) / len(returned), 1), dropped_candidates=kc * len(subs) - sum(returned),
+          ids_outside_subset=outside)
 
 
 # ------------------------------------------------------------------------------------------
@@ -837,7 +847,7 @@ def main() -> int:
     R = Recorder(OUT_DIR)
     wanted = os.environ.get("SECTIONS", ",".join(n for n, _ in SECTIONS)).split(",")
     torch.manual_seed(0)
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: peers may update tensors in place later
         for name, fn in SECTIONS:
             if name in wanted:
                 run_section(name, fn)
