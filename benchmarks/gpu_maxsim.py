@@ -331,11 +331,14 @@ _PEER_MODULES = {"lik": "late_interaction_kernels", "colpali": "colpali_engine.u
                  "fast_plaid": "fast_plaid.search"}
 _PEER_DISTS = {"lik": "late-interaction-kernels", "colpali": "colpali-engine", "fast_plaid": "fast-plaid"}
 _GPU_ONLY = {"lik", "fast_plaid"}  # their kernels need CUDA; colpali's torch path runs anywhere
+# SMOKE_PEERS=1 tries them on the CPU anyway (Triton peers then run in the interpreter): it
+# checks our calling code against the installed peer versions; their numbers mean nothing.
+PEERS_ON_CPU = os.environ.get("SMOKE_PEERS", "").strip() not in ("", "0")
 
 
 def peer(name: str, section: str):
     """The peer's module, or None after recording why it is skipped."""
-    if name in _GPU_ONLY and not CUDA:
+    if name in _GPU_ONLY and not CUDA and not PEERS_ON_CPU:
         R.rec(section=section, impl=name, skipped="needs CUDA")
         return None
     try:
@@ -347,7 +350,10 @@ def peer(name: str, section: str):
 
 def call_with_supported(fn, *args, **kwargs):
     """Calls `fn`, dropping keyword arguments its signature does not take (peer versions drift)."""
-    params = inspect.signature(fn).parameters
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no introspectable signature: pass everything
+        return fn(*args, **kwargs)
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
     return fn(*args, **kwargs)
@@ -388,7 +394,8 @@ def section_env() -> None:
     """GPU, versions, and which of our backends can run."""
     info = dict(section="env", smoke=SMOKE, device=str(DEV), torch=torch.__version__,
                 triton=triton.__version__, python=platform.python_version(),
-                colgraph_engine=cg.__version__, budget_s=BUDGET_S, backends=cg.backends())
+                colgraph_engine=cg.__version__, colgraph_engine_from=os.path.dirname(cg.__file__),
+                kernels_from=km.__file__, budget_s=BUDGET_S, backends=cg.backends())
     if CUDA:
         p = torch.cuda.get_device_properties(0)
         info.update(gpu=p.name, sms=p.multi_processor_count, mem_gib=round(p.total_memory / 2**30, 1),
@@ -554,7 +561,8 @@ def rerank_impls(q: torch.Tensor, c: Corpus):
     if nq * nd <= 32 * 8192:
         colpali = peer("colpali", "rerank")
         if colpali is not None:
-            os.environ["COLPALI_SCORES_BACKEND"] = "torch"  # newer releases may default to lik
+            # Releases with a scores-backend switch read this; 0.3.18 has none (always torch einsum).
+            os.environ["COLPALI_SCORES_BACKEND"] = "torch"
             P = colpali.BaseVisualRetrieverProcessor
             q_list, d_list = list(q), list(c.docs)
             yield "colpali score_multi_vector[torch]", lambda: P.score_multi_vector(q_list, d_list, device=DEV)
@@ -679,6 +687,9 @@ def section_candidates() -> None:
     lik = peer("lik", "candidates")
     later = []
     if lik is not None:
+        ms = guarded("candidates", "lik score_pairs_packed", lambda: lik_score_pairs(q, c, co, ci, ours_scores, shape))
+        if ms is not None:
+            ms_by["lik score_pairs_packed"] = ms
         for n in S.lik_cand_nq:
             if n > nq:
                 continue
@@ -696,6 +707,36 @@ def section_candidates() -> None:
     # context unusable for anything after it.
     for n in later:
         lik_gathered("candidates", lik, q, c, ci, kc, n, ours_scores, shape)
+
+
+def lik_score_pairs(q: torch.Tensor, c: Corpus, co: torch.Tensor, ci: torch.Tensor, ours_scores: torch.Tensor,
+                    shape: dict) -> float | None:
+    """late-interaction-kernels' own pair-list kernel (packed inputs plus one (query, doc) index
+    pair per score; the like-for-like peer of ``cg.maxsim_candidates``). Returns ms per query."""
+    what = "lik score_pairs_packed"
+    try:
+        mod = importlib.import_module("late_interaction_kernels.score_pairs")
+        fn = mod.score_pairs_packed
+    except (ImportError, AttributeError) as exc:
+        R.rec(section="candidates", impl=what, skipped=f"not in this version: {exc!r}"[:300])
+        return None
+    nq = q.shape[0]
+    qv, qo = pack_queries(q)
+    dv, do = c.packed()
+    # Its native index types, converted outside the timing; exact max lengths avoid its D2H sync.
+    qo32, do32 = qo.to(torch.int32), do.to(torch.int32)
+    pair_q = torch.repeat_interleave(torch.arange(nq, device=DEV), co.diff()).to(torch.int32)
+    pair_d = ci.to(torch.int32)
+
+    def run():
+        return call_with_supported(fn, qv, dv, qo32, do32, pair_q, pair_d, max_seqlen_q=S.lq, max_seqlen_d=S.cand_ld)
+    diff = max_rel_diff(run(), ours_scores)
+    ms = bench_ms(run)
+    byts = 2 * (int(torch.unique(ci).numel()) * S.cand_ld * S.d + nq * S.lq * S.d)
+    flops = 2 * ci.numel() * S.lq * S.cand_ld * S.d
+    R.rec(section="candidates", impl=what, **shape, **rates(ms, byts, flops), ms_per_query=round(ms / nq, 4),
+          rel_diff_vs_ours=diff)
+    return ms / nq
 
 
 def lik_gathered(section: str, lik, q: torch.Tensor, c: Corpus, ci: torch.Tensor, kc: int, n: int,
@@ -826,6 +867,11 @@ def render_markdown(rows: list[dict]) -> str:
     if ratios:
         lines += ["## Ours vs the fastest peer (speed-up > 1: ours faster)", "", "| section | shape | details |", "|---|---|---|"]
         lines += [f"| {r['section']} | {_shape(r)} | {_extras(r)} |" for r in ratios]
+        lines.append("")
+    other = [r for r in rows if "what" in r and r["what"] != "ratio" and r.get("section") != "ceilings"]
+    if other:
+        lines += ["## Other measurements", "", "| section | what | details |", "|---|---|---|"]
+        lines += [f"| {r['section']} | {r['what']} | {_extras(r)} |" for r in other]
         lines.append("")
     bad = [r for r in rows if "error" in r or "skipped" in r]
     if bad:

@@ -43,47 +43,75 @@ def _configs():
 
 
 @triton.jit
+def _tile_scores(q, q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_rows, x_valid, D,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+                 MASK_ROWS: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] fp32 similarities of the query rows against one document tile."""
+    cols = tl.arange(0, BLOCK_K)
+    if NUM_K == 1:
+        x_ptrs = x_ptr + x_rows[:, None] * x_row_stride + cols[None, :]
+        if not EVEN_K:
+            x = tl.load(x_ptrs, mask=x_valid[:, None] & (cols < D)[None, :], other=0.0)
+        elif MASK_ROWS:
+            x = tl.load(x_ptrs, mask=x_valid[:, None], other=0.0)
+        else:  # a full tile of a document whose d fills BLOCK_K: no mask at all
+            x = tl.load(x_ptrs)
+        if UPCAST:
+            x = x.to(tl.float32)
+        if IEEE:
+            s = tl.dot(q, tl.trans(x), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(x))
+    else:
+        s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for kk in tl.static_range(NUM_K):
+            kc = kk * BLOCK_K + cols
+            qk = tl.load(q_ptr + q_rows[:, None] * q_row_stride + kc[None, :],
+                         mask=row_valid[:, None] & (kc < D)[None, :], other=0.0)
+            xk = tl.load(x_ptr + x_rows[:, None] * x_row_stride + kc[None, :],
+                         mask=x_valid[:, None] & (kc < D)[None, :], other=0.0)
+            if UPCAST:
+                qk = qk.to(tl.float32)
+                xk = xk.to(tl.float32)
+            if IEEE:
+                s += tl.dot(qk, tl.trans(xk), input_precision="ieee")
+            else:
+                s += tl.dot(qk, tl.trans(xk))
+    return s
+
+
+@triton.jit
 def _score_group(q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_start, x_end, D,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  NUM_K: tl.constexpr, G: tl.constexpr, LQP: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    """[G] fp32: per query of the group, sum over its rows of max over document rows."""
-    cols = tl.arange(0, BLOCK_K)
-    running = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                 EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """[G] fp32: per query of the group, sum over its rows of max over document rows.
+
+    The max is kept element-wise in a [BLOCK_M, BLOCK_N] register tile and reduced across
+    columns once at the end, so the streaming loop has no cross-lane reductions. Full document
+    tiles load without masks; only the last partial tile is masked (-inf columns).
+    """
+    q = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     if NUM_K == 1:
+        cols = tl.arange(0, BLOCK_K)
         q = tl.load(q_ptr + q_rows[:, None] * q_row_stride + cols[None, :],
                     mask=row_valid[:, None] & (cols < D)[None, :], other=0.0)
         if UPCAST:
             q = q.to(tl.float32)
-    for n0 in range(x_start, x_end, BLOCK_N):
+    best = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
+    full_end = x_start + ((x_end - x_start) // BLOCK_N) * BLOCK_N
+    for n0 in range(x_start, full_end, BLOCK_N):
         x_rows = n0 + tl.arange(0, BLOCK_N).to(tl.int64)
+        s = _tile_scores(q, q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_rows, x_rows < x_end, D,
+                         BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, False, EVEN_K, IEEE, UPCAST)
+        best = tl.maximum(best, s)
+    if full_end < x_end:
+        x_rows = full_end + tl.arange(0, BLOCK_N).to(tl.int64)
         x_valid = x_rows < x_end
-        if NUM_K == 1:
-            x = tl.load(x_ptr + x_rows[:, None] * x_row_stride + cols[None, :],
-                        mask=x_valid[:, None] & (cols < D)[None, :], other=0.0)
-            if UPCAST:
-                x = x.to(tl.float32)
-            if IEEE:
-                s = tl.dot(q, tl.trans(x), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(x))
-        else:
-            s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for kk in tl.static_range(NUM_K):
-                kc = kk * BLOCK_K + cols
-                qk = tl.load(q_ptr + q_rows[:, None] * q_row_stride + kc[None, :],
-                             mask=row_valid[:, None] & (kc < D)[None, :], other=0.0)
-                xk = tl.load(x_ptr + x_rows[:, None] * x_row_stride + kc[None, :],
-                             mask=x_valid[:, None] & (kc < D)[None, :], other=0.0)
-                if UPCAST:
-                    qk = qk.to(tl.float32)
-                    xk = xk.to(tl.float32)
-                if IEEE:
-                    s += tl.dot(qk, tl.trans(xk), input_precision="ieee")
-                else:
-                    s += tl.dot(qk, tl.trans(xk))
-        s = tl.where(x_valid[None, :], s, float("-inf"))
-        running = tl.maximum(running, tl.max(s, axis=1))
+        s = _tile_scores(q, q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_rows, x_valid, D,
+                         BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, True, EVEN_K, IEEE, UPCAST)
+        best = tl.maximum(best, tl.where(x_valid[None, :], s, float("-inf")))
+    running = tl.max(best, axis=1)
     # Rows that are not query tokens contribute nothing; an empty document leaves -inf.
     running = tl.where(row_valid, running, 0.0)
     return tl.sum(tl.reshape(running, [G, LQP]), axis=1)
@@ -97,7 +125,7 @@ def _maxsim_kernel(
     out_ptr, out_row_stride,
     item_doc_ptr, item_start_ptr, item_count_ptr, pair_query_ptr, pair_slot_ptr,
     n_groups, D,
-    G: tl.constexpr, LQP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+    G: tl.constexpr, LQP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, EVEN_K: tl.constexpr,
     CANDIDATES: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
@@ -123,7 +151,7 @@ def _maxsim_kernel(
     x_start = tl.load(x_offsets_ptr + doc)
     x_end = tl.load(x_offsets_ptr + doc + 1)
     per_query = _score_group(q_ptr, q_row_stride, q_start + tok, row_valid, x_ptr, x_row_stride,
-                             x_start, x_end, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, G, LQP, IEEE, UPCAST)
+                             x_start, x_end, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, G, LQP, EVEN_K, IEEE, UPCAST)
     if CANDIDATES:
         ok = group_q < count
         slot = tl.load(pair_slot_ptr + start + group_q, mask=ok, other=0)
@@ -198,7 +226,7 @@ def maxsim_cross(q_values, q_offsets, x_values, x_offsets, out=None) -> torch.Te
         target, target.stride(0),
         dummy, dummy, dummy, dummy, dummy,
         n_groups, d,
-        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, CANDIDATES=False, IEEE=ieee, UPCAST=upcast,
+        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=d % block_k == 0, CANDIDATES=False, IEEE=ieee, UPCAST=upcast,
     )
     if owner is not None:
         out.zero_().index_add_(0, owner, target)
@@ -255,7 +283,7 @@ def maxsim_candidates(q_values, q_offsets, x_values, x_offsets, cand_offsets, ca
         target, 0,
         item_doc, item_start, item_count, sq, ss,
         1, d,
-        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, CANDIDATES=True, IEEE=ieee, UPCAST=upcast,
+        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=d % block_k == 0, CANDIDATES=True, IEEE=ieee, UPCAST=upcast,
     )
     if owner is not None:
         out.zero_().index_add_(0, slot_rep, target)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs benchmarks/gpu_maxsim.py on a lent GPU machine, from a plain copy of this repository.
+#
+#   bash benchmarks/run_gpu.sh [--smoke]        # results in $GPU_OUT, else $OUT, else benchmarks/results
+#
+# Nothing is built: the C++ extension colgraph_engine._core is optional, and the benchmark
+# only needs the Python package and the Triton kernels. Peers come as wheels in .whl/
+# (git-ignored; see /work/shared/bench/README.md for the download line); without them the
+# peers are skipped and recorded as such. Extra environment: GPU_BUDGET_S (default 420),
+# SECTIONS (comma list), PYTHON (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PY=${PYTHON:-python3}
+
+# 1. Peers' wheels, installed without network or dependencies into a throwaway target.
+SITE=/tmp/site
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl \
+        || echo "run_gpu.sh: installing .whl/*.whl failed; peers that need them will be skipped" >&2
+else
+    echo "run_gpu.sh: no wheels in .whl/; peers will be skipped" >&2
+fi
+
+# 2. colgraph_engine from the source tree. The wheel ships the top-level kernels/ as
+# colgraph_engine/kernels (pyproject: wheel.packages), so a bare checkout on PYTHONPATH lacks
+# colgraph_engine.kernels. Rather than alias modules inside the script (which would load the
+# kernel module twice under two names, each with its own JIT and autotune cache), build the
+# installed layout with symlinks in a temporary directory: every entry of colgraph_engine/,
+# plus kernels/ under the name the wheel gives it. Imports then behave as in the wheel.
+SRC=$(mktemp -d /tmp/colgraph_src.XXXXXX)
+mkdir "$SRC/colgraph_engine"
+for entry in "$REPO"/colgraph_engine/*; do
+    ln -s "$entry" "$SRC/colgraph_engine/"
+done
+ln -s "$REPO/kernels" "$SRC/colgraph_engine/kernels"
+export PYTHONPATH="$SRC:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export COLGRAPH_DISABLE_NATIVE=1  # not built here; say so instead of failing an import
+
+export GPU_OUT=${GPU_OUT:-${OUT:-$REPO/benchmarks/results}}
+"$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())"
+exec "$PY" benchmarks/gpu_maxsim.py "$@"
