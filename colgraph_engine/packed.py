@@ -77,12 +77,14 @@ def check_offsets(offsets: object, n_rows: int, device: torch.device, name: str)
         raise ValueError(f"{name}: expected shape [N+1] with N >= 0, got {tuple(offsets.shape)}")
     if offsets.device != device:
         raise ValueError(f"{name}: expected device {device} (same as the values), got {offsets.device}")
-    first, last = int(offsets[0]), int(offsets[-1])
+    # One device-to-host transfer for all three checks (each .item() on CUDA is a sync).
+    first, last, decreasing = torch.stack(
+        [offsets[0], offsets[-1], (offsets.diff() < 0).any().to(torch.int64)]).tolist()
     if first != 0:
         raise ValueError(f"{name}: expected offsets[0] == 0, got {first}")
     if last != n_rows:
         raise ValueError(f"{name}: expected offsets[-1] == {n_rows} (rows in values), got {last}")
-    if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+    if decreasing:
         bad = int(torch.nonzero(offsets[1:] < offsets[:-1])[0, 0])
         raise ValueError(f"{name}: expected non-decreasing offsets, got offsets[{bad + 1}] < offsets[{bad}]")
     return offsets

@@ -117,14 +117,16 @@ def _score_group(q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_
     return tl.sum(tl.reshape(running, [G, LQP]), axis=1)
 
 
-@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "CANDIDATES"])
+# WORK_LOG2 (log2 of the program count) is in the key so that a tiny first call does not fix
+# the configuration used for large ones.
+@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "CANDIDATES", "WORK_LOG2"])
 @triton.jit
 def _maxsim_kernel(
     q_ptr, q_offsets_ptr, n_queries, q_row_stride,
     x_ptr, x_offsets_ptr, n_docs, x_row_stride,
     out_ptr, out_row_stride,
     item_doc_ptr, item_start_ptr, item_count_ptr, pair_query_ptr, pair_slot_ptr,
-    n_groups, D,
+    n_groups, D, WORK_LOG2,
     G: tl.constexpr, LQP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, EVEN_K: tl.constexpr,
     CANDIDATES: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -225,7 +227,7 @@ def maxsim_cross(q_values, q_offsets, x_values, x_offsets, out=None) -> torch.Te
         x_values, x_offsets, nd, x_values.stride(0),
         target, target.stride(0),
         dummy, dummy, dummy, dummy, dummy,
-        n_groups, d,
+        n_groups, d, (nd * n_groups).bit_length(),
         G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=d % block_k == 0, CANDIDATES=False, IEEE=ieee, UPCAST=upcast,
     )
     if owner is not None:
@@ -282,7 +284,7 @@ def maxsim_candidates(q_values, q_offsets, x_values, x_offsets, cand_offsets, ca
         x_values, x_offsets, x_offsets.numel() - 1, x_values.stride(0),
         target, 0,
         item_doc, item_start, item_count, sq, ss,
-        1, d,
+        1, d, item_doc.numel().bit_length(),
         G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=d % block_k == 0, CANDIDATES=True, IEEE=ieee, UPCAST=upcast,
     )
     if owner is not None:

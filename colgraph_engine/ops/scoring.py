@@ -114,7 +114,7 @@ def check_candidates(cand_offsets, cand_ids, n_queries: int, n_docs: int, device
     if co.numel() != n_queries + 1:
         raise ValueError(f"cand_offsets: expected length n_queries + 1 = {n_queries + 1}, got {co.numel()}")
     if cand_ids.numel():
-        lo, hi = int(cand_ids.min()), int(cand_ids.max())
+        lo, hi = torch.stack([cand_ids.min(), cand_ids.max()]).tolist()  # one sync
         if lo < 0 or hi >= n_docs:
             bad = lo if lo < 0 else hi
             raise ValueError(f"cand_ids: expected ids in [0, {n_docs}) (documents), got {bad}")
@@ -173,11 +173,12 @@ def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = No
     if k == 0:
         return best_s, best_i
     chunk = chunk_docs or max(1024, (1 << 24) // max(1, nq))
-    bounds = xo.tolist() if xo.device.type == "cpu" else xo.cpu().tolist()
-    for a in range(0, nd, chunk):
+    starts = list(range(0, nd, chunk)) + [nd]
+    row_of = dict(zip(starts, xo[torch.tensor(starts, device=xo.device)].tolist()))  # only chunk edges
+    for a in starts[:-1]:
         b = min(nd, a + chunk)
-        sub_x = xv[bounds[a]:bounds[b]]
-        sub_o = xo[a:b + 1] - bounds[a]
+        sub_x = xv[row_of[a]:row_of[b]]
+        sub_o = xo[a:b + 1] - row_of[a]
         s = _cross_impl(name, qv, qo, sub_x, sub_o)
         idx = torch.arange(a, b, device=dev).expand(nq, -1)
         dead = None
