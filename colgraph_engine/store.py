@@ -18,19 +18,17 @@ or inconsistent directory with :class:`StoreFormatError`.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import _atomic
+from . import _arraydir, _atomic
 from . import backend as _backend
 from .ops import scoring as _ops
-from .packed import FLOAT_DTYPES, check_finite, check_packed, pack
+from .packed import FLOAT_DTYPES, check_finite, check_offsets, check_packed, pack
 
 FORMAT_NAME = "colgraph_engine.packed_store"
 FORMAT_VERSION = 1
@@ -40,8 +38,7 @@ _DTYPES_BY_NAME = {v: k for k, v in _DTYPE_NAMES.items()}
 _DISK_NP = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.int16}
 
 
-class StoreFormatError(ValueError):
-    """A store directory is missing, truncated, tampered with or inconsistent."""
+StoreFormatError = _arraydir.FormatError  # a ValueError: missing, truncated, tampered or inconsistent
 
 
 class PackedStore:
@@ -282,30 +279,14 @@ class PackedStore:
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the store to directory `path` atomically (replacing any previous version)."""
         arrays = {
-            "values.bin": _to_disk(self.values),
-            "offsets.bin": self._offsets.cpu().numpy(),
-            "ids.bin": self._ids.cpu().numpy(),
-            "alive.bin": self._alive.cpu().numpy().astype(np.uint8),
+            "values": _to_disk(self.values),
+            "offsets": self._offsets.cpu().numpy(),
+            "ids": self._ids.cpu().numpy(),
+            "alive": self._alive.cpu().numpy().astype(np.uint8),
         }
-
-        def fill(tmp: Path) -> None:
-            files = {}
-            for name, arr in arrays.items():
-                arr = np.ascontiguousarray(arr)
-                if sys.byteorder != "little":
-                    arr = arr.byteswap()
-                with open(tmp / name, "wb") as f:
-                    f.write(memoryview(arr).cast("B"))
-                files[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": arr.nbytes,
-                               "sha256": _atomic.sha256_file(tmp / name)}
-            manifest = {
-                "format": FORMAT_NAME, "version": FORMAT_VERSION, "dtype": _DTYPE_NAMES[self.dtype],
-                "dim": self.dim, "n_items": self.n_slots, "n_live": len(self), "n_tokens": self._n_tokens,
-                "normalize": self.normalize, "next_id": self._next_id, "files": files,
-            }
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-
-        return _atomic.write_directory(path, fill)
+        meta = {"dtype": _DTYPE_NAMES[self.dtype], "dim": self.dim, "n_items": self.n_slots, "n_live": len(self),
+                "n_tokens": self._n_tokens, "normalize": self.normalize, "next_id": self._next_id}
+        return _arraydir.write(path, FORMAT_NAME, FORMAT_VERSION, meta, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, device: str | torch.device = "cpu", mmap: bool = True,
@@ -313,54 +294,38 @@ class PackedStore:
         """Reads a store written by :meth:`save`.
 
         Args:
-            mmap: memory-map the arrays (CPU only; pages load on first touch).
+            mmap: memory-map the vectors (pages load on first touch).
             verify: check every file's sha256 (reads each file once); shapes, sizes and offsets
                 are always checked.
         """
         path = Path(path)
         _atomic.recover(path)
-        m = _read_manifest(path)
+        m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
+        n, t, d = (_arraydir.meta_int(m, key, path) for key in ("n_items", "n_tokens", "dim"))
+        if m.get("dtype") not in _DTYPES_BY_NAME or not isinstance(m.get("normalize"), bool) or d < 1:
+            raise StoreFormatError(f"{path / 'manifest.json'}: dtype, dim or normalize invalid")
         dtype = _DTYPES_BY_NAME[m["dtype"]]
-        n, t, d = m["n_items"], m["n_tokens"], m["dim"]
-        expected = {"values.bin": ([t, d], np.dtype(_DISK_NP[dtype])), "offsets.bin": ([n + 1], np.dtype(np.int64)),
-                    "ids.bin": ([n], np.dtype(np.int64)), "alive.bin": ([n], np.dtype(np.uint8))}
-        arrays = {}
-        for name, (shape, np_dtype) in expected.items():
-            info = m["files"].get(name)
-            if info is None:
-                raise StoreFormatError(f"{path}: manifest lists no {name}")
-            if list(info["shape"]) != shape or info["dtype"] != str(np_dtype):
-                raise StoreFormatError(f"{path / name}: manifest says shape {info['shape']} {info['dtype']}, "
-                                       f"expected {shape} {np_dtype}")
-            f = path / name
-            if not f.is_file():
-                raise StoreFormatError(f"{f}: missing")
-            size = f.stat().st_size
-            want = int(np.prod(shape)) * np_dtype.itemsize
-            if size != want or info["bytes"] != want:
-                raise StoreFormatError(f"{f}: {size} bytes on disk, expected {want} (truncated or wrong file)")
-            if verify and _atomic.sha256_file(f) != info["sha256"]:
-                raise StoreFormatError(f"{f}: checksum mismatch (file changed after it was written)")
-            arrays[name] = _read_array(f, np_dtype, shape, mmap and want > 0)
-        offsets = torch.from_numpy(arrays["offsets.bin"]).clone()
-        ids = torch.from_numpy(arrays["ids.bin"]).clone()
-        alive_u8 = arrays["alive.bin"]
+        read = lambda name, dt, shape, **kw: _arraydir.read_array(path, m, name, dt, shape, verify=verify, **kw)  # noqa: E731
+        values = read("values", _DISK_NP[dtype], (t, d), mmap=mmap)
+        offsets = torch.from_numpy(read("offsets", np.int64, (n + 1,)))
+        ids = torch.from_numpy(read("ids", np.int64, (n,)))
+        alive_u8 = read("alive", np.uint8, (n,))
         if not np.isin(alive_u8, (0, 1)).all():
             raise StoreFormatError(f"{path / 'alive.bin'}: expected only 0/1 bytes")
         try:
-            from .packed import check_offsets
             check_offsets(offsets, t, offsets.device, "offsets.bin")
         except ValueError as exc:
             raise StoreFormatError(f"{path}: {exc}") from None
         if torch.unique(ids).numel() != n or (n and int(ids.min()) < 0):
             raise StoreFormatError(f"{path / 'ids.bin'}: ids must be unique and non-negative")
-        store = cls(d, dtype, "cpu", bool(m["normalize"]))
-        values = torch.from_numpy(arrays["values.bin"])
+        store = cls(d, dtype, "cpu", m["normalize"])
+        values = torch.from_numpy(values)
         store._values = values.view(dtype) if dtype == torch.bfloat16 else values
         store._n_tokens = t
         store._offsets, store._ids = offsets, ids
         store._alive = torch.from_numpy(alive_u8.astype(bool))
-        store._next_id = max(int(m.get("next_id", 0)), int(ids.max()) + 1 if n else 0)
+        next_id = m.get("next_id", 0)
+        store._next_id = max(next_id if isinstance(next_id, int) else 0, int(ids.max()) + 1 if n else 0)
         return store.to(device)
 
 
@@ -387,30 +352,3 @@ def _as_id_tensor(ids, name: str) -> torch.Tensor:
 def _to_disk(values: torch.Tensor) -> np.ndarray:
     v = values.detach().cpu().contiguous()
     return v.view(torch.int16).numpy() if v.dtype == torch.bfloat16 else v.numpy()
-
-
-def _read_manifest(path: Path) -> dict:
-    mf = path / "manifest.json"
-    if not mf.is_file():
-        raise StoreFormatError(f"{path}: not a store directory (no manifest.json)")
-    try:
-        m = json.loads(mf.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StoreFormatError(f"{mf}: not valid JSON ({exc})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
-        raise StoreFormatError(f"{mf}: not a {FORMAT_NAME} manifest")
-    if m.get("version") != FORMAT_VERSION:
-        raise StoreFormatError(f"{mf}: format version {m.get('version')!r}, this build reads {FORMAT_VERSION}")
-    for key, typ in (("dim", int), ("n_items", int), ("n_tokens", int), ("files", dict), ("normalize", bool)):
-        if not isinstance(m.get(key), typ) or (typ is int and m[key] < 0):
-            raise StoreFormatError(f"{mf}: field {key!r} missing or invalid")
-    if m.get("dtype") not in _DTYPES_BY_NAME:
-        raise StoreFormatError(f"{mf}: unknown dtype {m.get('dtype')!r}")
-    return m
-
-
-def _read_array(f: Path, np_dtype: np.dtype, shape: list[int], mmap: bool) -> np.ndarray:
-    if mmap:
-        # copy-on-write: torch gets a writable view, the file is never modified
-        return np.memmap(f, dtype=np_dtype, mode="c", shape=tuple(shape))
-    return np.fromfile(f, dtype=np_dtype).reshape(shape)

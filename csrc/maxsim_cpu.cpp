@@ -1,5 +1,7 @@
 #include "maxsim_cpu.hpp"
 
+#include "parallel.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -261,36 +263,6 @@ Plan make_plan(ElemType type, int64_t d) {
   return {avx ? Path::Avx512F32 : Path::Portable, type != ElemType::F32};
 }
 
-// Runs `body(task, scratch)` for task in [0, n_tasks) on `num_threads` threads, pulling tasks
-// from a shared counter (documents differ in length, so static splits would idle a core).
-template <class Body>
-void parallel_tasks(int64_t n_tasks, int num_threads, Body body) {
-  const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, n_tasks)));
-  std::atomic<int64_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto run = [&]() {
-    std::vector<float> scratch;
-    try {
-      for (int64_t t; (t = next.fetch_add(1)) < n_tasks;) body(t, scratch);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next.store(n_tasks);
-    }
-  };
-  if (workers == 1) {
-    run();
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(workers - 1);
-    for (int w = 1; w < workers; ++w) pool.emplace_back(run);
-    run();
-    for (auto& th : pool) th.join();
-  }
-  if (failure) std::rethrow_exception(failure);
-}
-
 // Resolves document j to the rows a kernel reads, widening to fp32 in `scratch` when needed.
 DocRows doc_rows(const PackedView& docs, ElemType type, const Plan& plan, int64_t j,
                  std::vector<float>& scratch) {
@@ -318,7 +290,7 @@ void maxsim_cross_cpu(const PackedView& queries, const PackedView& docs, ElemTyp
   const Plan plan = make_plan(type, docs.dim);
   const PackedQueries pq = pack_queries(queries, type, plan.path == Path::Avx512BF16);
   const int64_t nq = queries.n, nd = docs.n;
-  parallel_tasks(nd, num_threads, [&](int64_t j, std::vector<float>& scratch) {
+  parallel_tasks<std::vector<float>>(nd, num_threads, [&](int64_t j, std::vector<float>& scratch) {
     const DocRows doc = doc_rows(docs, type, plan, j, scratch);
     for (int64_t i = 0; i < nq; ++i) out[i * nd + j] = score_one(plan, pq, i, doc, docs.dim);
   });
@@ -341,7 +313,7 @@ void maxsim_candidates_cpu(const PackedView& queries, const PackedView& docs, El
     if (p == 0 || cand_ids[order[p]] != cand_ids[order[p - 1]]) run_start.push_back(p);
   run_start.push_back(n_cand);
   const int64_t runs = static_cast<int64_t>(run_start.size()) - 1;
-  parallel_tasks(runs, num_threads, [&](int64_t r, std::vector<float>& scratch) {
+  parallel_tasks<std::vector<float>>(runs, num_threads, [&](int64_t r, std::vector<float>& scratch) {
     const DocRows doc = doc_rows(docs, type, plan, cand_ids[order[run_start[r]]], scratch);
     for (int64_t p = run_start[r]; p < run_start[r + 1]; ++p) {
       const int64_t c = order[p];

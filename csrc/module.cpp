@@ -11,6 +11,7 @@
 #include "maxsim_cpu.hpp"
 
 namespace py = pybind11;
+namespace colgraph { void bind_graph(py::module_& m); }
 using colgraph::ElemType;
 using colgraph::PackedView;
 
@@ -109,6 +110,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("d_offsets"), py::arg("cand_offsets"), py::arg("cand_ids"), py::arg("out"),
         py::arg("dtype"), py::arg("num_threads"),
         "Writes one MaxSim score per (query, candidate) pair listed in CSR form.");
+  colgraph::bind_graph(m);
 #ifdef COLGRAPH_IGRAPH_VERSION
   m.attr("IGRAPH_BUILD_VERSION") = COLGRAPH_IGRAPH_VERSION;
 #endif

@@ -1,0 +1,92 @@
+"""Directories of raw arrays with a versioned, checksummed JSON manifest (no pickle).
+
+Layout: ``manifest.json`` plus one ``NAME.bin`` per array (raw little-endian bytes). The manifest
+holds ``format``, ``version``, caller metadata, and per file its dtype, shape, byte count and
+sha256. Writing is atomic (:mod:`colgraph_engine._atomic`); reading checks format, version,
+every file's presence, size and (optionally) checksum, and raises :class:`FormatError`
+(a ``ValueError``) with the reason.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import _atomic
+
+
+class FormatError(ValueError):
+    """A directory is missing, truncated, tampered with or inconsistent."""
+
+
+def write(path: str | os.PathLike, format_name: str, version: int, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
+    """Atomically writes `arrays` and a manifest with `meta` to directory `path`."""
+    def fill(tmp: Path) -> None:
+        files = {}
+        for name, arr in arrays.items():
+            arr = np.ascontiguousarray(arr)
+            if sys.byteorder != "little":
+                arr = arr.byteswap()
+            fname = f"{name}.bin"
+            with open(tmp / fname, "wb") as f:
+                f.write(memoryview(arr).cast("B") if arr.size else b"")
+            files[fname] = {"shape": list(arr.shape), "dtype": arr.dtype.str.lstrip("<|="), "bytes": arr.nbytes,
+                            "sha256": _atomic.sha256_file(tmp / fname)}
+        manifest = {"format": format_name, "version": version, **meta, "files": files}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+    return _atomic.write_directory(path, fill)
+
+
+def read_manifest(path: Path, format_name: str, version: int) -> dict:
+    mf = path / "manifest.json"
+    if not mf.is_file():
+        raise FormatError(f"{path}: not a {format_name} directory (no manifest.json)")
+    try:
+        m = json.loads(mf.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{mf}: not valid JSON ({exc})") from None
+    if not isinstance(m, dict) or m.get("format") != format_name:
+        raise FormatError(f"{mf}: not a {format_name} manifest")
+    if m.get("version") != version:
+        raise FormatError(f"{mf}: format version {m.get('version')!r}, this build reads {version}")
+    if not isinstance(m.get("files"), dict):
+        raise FormatError(f"{mf}: field 'files' missing or invalid")
+    return m
+
+
+def read_array(path: Path, manifest: dict, name: str, dtype: np.dtype, shape: tuple[int, ...], *,
+               verify: bool = True, mmap: bool = False) -> np.ndarray:
+    """Reads ``NAME.bin`` after checking it against the manifest and the expected dtype/shape."""
+    dtype = np.dtype(dtype)
+    fname = f"{name}.bin"
+    info = manifest["files"].get(fname)
+    if not isinstance(info, dict):
+        raise FormatError(f"{path}: manifest lists no {fname}")
+    if list(info.get("shape", [])) != list(shape) or info.get("dtype") != dtype.str.lstrip("<|="):
+        raise FormatError(f"{path / fname}: manifest says shape {info.get('shape')} {info.get('dtype')}, "
+                          f"expected {list(shape)} {dtype.str.lstrip('<|=')}")
+    f = path / fname
+    if not f.is_file():
+        raise FormatError(f"{f}: missing")
+    want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = f.stat().st_size
+    if size != want or info.get("bytes") != want:
+        raise FormatError(f"{f}: {size} bytes on disk, expected {want} (truncated or wrong file)")
+    if verify and _atomic.sha256_file(f) != info.get("sha256"):
+        raise FormatError(f"{f}: checksum mismatch (file changed after it was written)")
+    if want == 0:
+        return np.zeros(shape, dtype)
+    if mmap:  # copy-on-write: callers get a writable view, the file is never modified
+        return np.memmap(f, dtype=dtype, mode="c", shape=tuple(shape))
+    return np.fromfile(f, dtype=dtype).reshape(shape)
+
+
+def meta_int(manifest: dict, key: str, path: Path) -> int:
+    value = manifest.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FormatError(f"{path / 'manifest.json'}: field {key!r} missing or invalid")
+    return value

@@ -1,0 +1,282 @@
+"""Pure numpy implementation of the graph store and its expansion.
+
+It has the same interface as the native ``colgraph_engine._core.Graph`` and computes the same
+expansion, node for node and in the same order; it is the oracle in tests and the path taken
+when the native module is unavailable (``COLGRAPH_DISABLE_NATIVE=1``). Each hop is vectorised
+over the frontier (a CSR frontier expansion, as one would write it with scipy).
+
+The rules, shared with the C++ implementation (csrc/graph.cpp):
+  * hop 0 admits the seeds in the order given (a repeat is skipped);
+  * hop h gathers, for each frontier node in order, its incident edges (out-edges sorted by
+    (target, edge id), then in-edges sorted by (source, edge id)); a neighbour becomes a
+    candidate the first time it is seen, if it is unseen, of an allowed kind and in an allowed
+    document; the discovering node and edge become its parent;
+  * candidates are ranked by (score desc, node asc); those with score > threshold are kept,
+    and at least `min_keep` of the best when fewer pass; the budget caps the nodes reached;
+  * a candidate not kept is dropped for good (a node is judged once, at its BFS distance);
+  * with alias merging, the allowed members of an alias group move together as one unit
+    (scored by their best member, admitted right after the member that was found).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_UNSEEN, _REACHED, _DROPPED = 0, 1, 2
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ``arange(s, e)`` for each pair, and the index of the pair each came from."""
+    lens = ends - starts
+    owner = np.repeat(np.arange(len(starts)), lens)
+    if owner.size == 0:
+        return np.zeros(0, np.int64), owner
+    first = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+    return first + np.arange(owner.size), owner
+
+
+class ReferenceGraph:
+    """Directed multigraph in numpy arrays with node/edge attributes (see the native Graph)."""
+
+    def __init__(self):
+        self._node_kind = np.zeros(0, np.uint8)
+        self._node_doc = np.zeros(0, np.int64)
+        self._node_weight = np.zeros(0, np.float32)
+        self._src = np.zeros(0, np.int64)
+        self._dst = np.zeros(0, np.int64)
+        self._edge_kind = np.zeros(0, np.uint8)
+        self._edge_weight = np.zeros(0, np.float32)
+        self._alias_of = np.zeros(0, np.int64)
+        self._index = None
+
+    # -- storage -----------------------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return int(self._node_kind.size)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self._src.size)
+
+    def add_nodes(self, kind, doc, weight):
+        self._node_kind = np.concatenate([self._node_kind, kind])
+        self._node_doc = np.concatenate([self._node_doc, doc])
+        self._node_weight = np.concatenate([self._node_weight, weight])
+        self._alias_of = np.concatenate([self._alias_of, np.full(len(kind), -1, np.int64)])
+        self._index = None
+
+    def add_edges(self, src, dst, kind, weight):
+        self._src = np.concatenate([self._src, src])
+        self._dst = np.concatenate([self._dst, dst])
+        self._edge_kind = np.concatenate([self._edge_kind, kind])
+        self._edge_weight = np.concatenate([self._edge_weight, weight])
+        self._index = None
+
+    def set_aliases(self, group_of):
+        self._alias_of = np.array(group_of, np.int64)
+        self._index = None
+
+    def edge_list(self):
+        return self._src.copy(), self._dst.copy()
+
+    def node_kind(self):
+        return self._node_kind.copy()
+
+    def node_doc(self):
+        return self._node_doc.copy()
+
+    def node_weight(self):
+        return self._node_weight.copy()
+
+    def edge_kind(self):
+        return self._edge_kind.copy()
+
+    def edge_weight(self):
+        return self._edge_weight.copy()
+
+    def alias_of(self):
+        return self._alias_of.copy()
+
+    def memory_bytes(self) -> int:
+        arrays = [self._node_kind, self._node_doc, self._node_weight, self._src, self._dst, self._edge_kind,
+                  self._edge_weight, self._alias_of]
+        if self._index is not None:
+            arrays += [a for a in self._index.values() if isinstance(a, np.ndarray)]
+        return int(sum(a.nbytes for a in arrays))
+
+    def _csr(self):
+        """Out- and in-adjacency in igraph's order: (src, dst, id) and (dst, src, id)."""
+        if self._index is None:
+            n, ids = self.n_nodes, np.arange(self.n_edges)
+            out_order = np.lexsort((ids, self._dst, self._src))
+            in_order = np.lexsort((ids, self._src, self._dst))
+            os_ = np.zeros(n + 1, np.int64)
+            is_ = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(self._src, minlength=n), out=os_[1:])
+            np.cumsum(np.bincount(self._dst, minlength=n), out=is_[1:])
+            groups = self._alias_of[self._alias_of >= 0]
+            n_groups = int(groups.max()) + 1 if groups.size else 0
+            members = np.nonzero(self._alias_of >= 0)[0]
+            members = members[np.argsort(self._alias_of[members], kind="stable")]
+            g_off = np.zeros(n_groups + 1, np.int64)
+            np.cumsum(np.bincount(groups, minlength=n_groups), out=g_off[1:])
+            self._index = dict(out_order=out_order, in_order=in_order, os=os_, is_=is_, g_off=g_off, members=members)
+        return self._index
+
+    # -- expansion ---------------------------------------------------------------------------
+    def expand(self, seed_offsets, seeds, hops, dense_scores=None, score_offsets=None, score_nodes=None,
+               score_values=None, threshold=0.0, min_keep=0, budget=-1, node_kind_mask=(1 << 64) - 1,
+               edge_kind_mask=(1 << 64) - 1, direction=0, merge_aliases=False, doc_offsets=None, docs=None,
+               num_threads=1):
+        n = self.n_nodes
+        nq = len(seed_offsets) - 1
+        if hops < 0:
+            raise ValueError("hops: expected >= 0")
+        if min_keep < 0:
+            raise ValueError("min_keep: expected >= 0")
+        if seeds.size and (seeds.min() < 0 or seeds.max() >= n):
+            bad = int(seeds[(seeds < 0) | (seeds >= n)][0])
+            raise ValueError(f"seeds: {bad}: expected a node id in [0, {n})")
+        idx = self._csr()
+        node_ok_kind = ((np.uint64(node_kind_mask) >> self._node_kind.astype(np.uint64)) & np.uint64(1)).astype(bool)
+        edge_ok = ((np.uint64(edge_kind_mask) >> self._edge_kind.astype(np.uint64)) & np.uint64(1)).astype(bool)
+        merge = bool(merge_aliases) and idx["members"].size > 0
+        results = []
+        for q in range(nq):
+            if dense_scores is not None:
+                score = np.asarray(dense_scores[q], np.float32)
+            elif score_offsets is not None:
+                score = np.full(n, -np.inf, np.float32)
+                lo, hi = score_offsets[q], score_offsets[q + 1]
+                score[score_nodes[lo:hi]] = score_values[lo:hi]
+            else:
+                score = None
+            if docs is not None:
+                doc_ok = np.isin(self._node_doc, docs[doc_offsets[q]:doc_offsets[q + 1]])
+                allowed = node_ok_kind & doc_ok
+            else:
+                allowed = node_ok_kind
+            results.append(self._expand_one(q, seeds[seed_offsets[q]:seed_offsets[q + 1]], hops, score, threshold,
+                                            min_keep, budget, allowed, edge_ok, direction, merge, idx))
+        return _concatenate(results)
+
+    def _group_members(self, v, idx):
+        g = self._alias_of[v]
+        return idx["members"][idx["g_off"][g]:idx["g_off"][g + 1]]
+
+    def _expand_one(self, q, seeds, hops, score, threshold, min_keep, budget, allowed, edge_ok, direction, merge, idx):
+        state = np.zeros(self.n_nodes, np.int8)
+        rows = []  # (node, hop, seed, parent, parent_edge)
+        seed_of = {}
+
+        def admit_unit(v, hop, seed, parent, edge):
+            state[v] = _REACHED
+            rows.append((v, hop, seed, parent, edge))
+            seed_of[v] = seed
+            if merge and self._alias_of[v] >= 0:
+                for m in self._group_members(v, idx):
+                    if m != v and state[m] != _REACHED and allowed[m]:
+                        state[m] = _REACHED
+                        rows.append((int(m), hop, seed, v, -1))
+                        seed_of[int(m)] = seed
+
+        for v in seeds.tolist():
+            if state[v] != _REACHED:
+                admit_unit(v, 0, v, -1, -1)
+        frontier = np.array([r[0] for r in rows], np.int64)
+        for hop in range(1, hops + 1):
+            if frontier.size == 0:
+                break
+            e, v, u = self._incident(frontier, direction, idx)
+            ok = edge_ok[e] & (state[v] == _UNSEEN) & allowed[v]
+            e, v, u = e[ok], v[ok], u[ok]
+            unit = np.where(merge & (self._alias_of[v] >= 0), self._alias_of[v], -1 - v) if merge else v
+            _, first = np.unique(unit, return_index=True)
+            first = np.sort(first)
+            e, v, u = e[first], v[first], u[first]
+            sizes = np.ones(v.size, np.int64)
+            unit_score = score[v].astype(np.float64) if score is not None else None
+            unit_members = [None] * v.size
+            if merge:
+                for i, node in enumerate(v.tolist()):
+                    if self._alias_of[node] >= 0:
+                        ms = self._group_members(node, idx)
+                        ms = ms[allowed[ms] & (state[ms] == _UNSEEN)]
+                        unit_members[i] = ms
+                        sizes[i] = ms.size
+                        if score is not None:
+                            unit_score[i] = np.nanmax(score[ms])
+            self._check_nan(score, v, unit_members, q)
+            if score is not None:
+                order = np.lexsort((v, -unit_score))
+                passing = int((unit_score > threshold).sum())
+                keep = max(passing, min(min_keep, v.size))
+            else:
+                order = np.argsort(v, kind="stable")
+                keep = v.size
+            admitted_from = len(rows)
+            full = False
+            for rank, i in enumerate(order.tolist()):
+                if rank < keep and not full and (budget < 0 or len(rows) + sizes[i] <= budget):
+                    admit_unit(int(v[i]), hop, seed_of[int(u[i])], int(u[i]), int(e[i]))
+                else:
+                    full = full or rank < keep
+                    members = unit_members[i] if unit_members[i] is not None else [v[i]]
+                    for m in members:
+                        if state[m] != _REACHED:
+                            state[m] = _DROPPED
+            frontier = np.array([r[0] for r in rows[admitted_from:]], np.int64)
+            if full:
+                break
+        nodes = np.array([r[0] for r in rows], np.int64)
+        if score is not None and nodes.size and np.isnan(score[nodes]).any():
+            bad = int(nodes[np.isnan(score[nodes])][0])
+            raise ValueError(f"scores: NaN for node {bad} in query {q}")
+        reached = state == _REACHED
+        induced = np.nonzero(reached[self._src] & reached[self._dst] & edge_ok)[0]
+        return dict(
+            nodes=nodes,
+            hop=np.array([r[1] for r in rows], np.int32),
+            seed=np.array([r[2] for r in rows], np.int64),
+            parent=np.array([r[3] for r in rows], np.int64),
+            parent_edge=np.array([r[4] for r in rows], np.int64),
+            score=score[nodes].astype(np.float32) if score is not None else np.full(nodes.size, np.nan, np.float32),
+            edges=induced.astype(np.int64),
+        )
+
+    @staticmethod
+    def _check_nan(score, v, unit_members, q):
+        if score is None:
+            return
+        for i, node in enumerate(v.tolist()):
+            members = unit_members[i] if unit_members[i] is not None else [node]
+            for m in members:
+                if np.isnan(score[m]):
+                    raise ValueError(f"scores: NaN for node {int(m)} in query {q}")
+
+    def _incident(self, frontier, direction, idx):
+        """(edge, other end, frontier node) for every incident edge, in the traversal order."""
+        parts = []
+        if direction != 2:  # out-edges
+            pos, owner = _ranges(idx["os"][frontier], idx["os"][frontier + 1])
+            e = idx["out_order"][pos]
+            parts.append((owner * 2, e, self._dst[e]))
+        if direction != 1:  # in-edges
+            pos, owner = _ranges(idx["is_"][frontier], idx["is_"][frontier + 1])
+            e = idx["in_order"][pos]
+            parts.append((owner * 2 + 1, e, self._src[e]))
+        key = np.concatenate([p[0] for p in parts])
+        order = np.argsort(key, kind="stable")
+        e = np.concatenate([p[1] for p in parts])[order]
+        v = np.concatenate([p[2] for p in parts])[order]
+        u = frontier[key[order] // 2]
+        return e, v, u
+
+
+def _concatenate(results):
+    out = {}
+    for key in ("nodes", "hop", "seed", "parent", "parent_edge", "score", "edges"):
+        dtype = {"hop": np.int32, "score": np.float32}.get(key, np.int64)
+        out[key] = np.concatenate([r[key] for r in results]).astype(dtype) if results else np.zeros(0, dtype)
+    out["node_offsets"] = np.concatenate([[0], np.cumsum([r["nodes"].size for r in results])]).astype(np.int64)
+    out["edge_offsets"] = np.concatenate([[0], np.cumsum([r["edges"].size for r in results])]).astype(np.int64)
+    return out

@@ -1,0 +1,334 @@
+#include "graph.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "igraph_runtime.hpp"
+#include "parallel.hpp"
+
+namespace colgraph {
+namespace {
+
+constexpr uint8_t kUnseen = 0, kReached = 1, kDropped = 2, kCandidate = 3;
+constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
+
+std::string at(const char* what, int64_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
+
+// Per-thread working memory, sized to the graph on first use and reset through "touched"
+// lists, so a query costs O(nodes it touches), not O(graph).
+struct Scratch {
+  std::vector<uint8_t> state;
+  std::vector<int64_t> state_touched;
+  std::vector<float> sparse_score;
+  std::vector<int64_t> score_touched;
+  std::vector<uint8_t> doc_ok;
+  std::vector<int64_t> doc_touched;
+  std::vector<int64_t> result_slot;  // node -> index in this query's result (reached nodes)
+
+  void ensure(int64_t n, int64_t n_docs) {
+    if (static_cast<int64_t>(state.size()) < n) {
+      state.assign(n, kUnseen);
+      sparse_score.assign(n, -std::numeric_limits<float>::infinity());
+      result_slot.assign(n, -1);
+    }
+    if (static_cast<int64_t>(doc_ok.size()) < n_docs) doc_ok.assign(n_docs, 0);
+  }
+  void reset() {
+    for (int64_t v : state_touched) state[v] = kUnseen, result_slot[v] = -1;
+    for (int64_t v : score_touched) sparse_score[v] = -std::numeric_limits<float>::infinity();
+    for (int64_t d : doc_touched) doc_ok[d] = 0;
+    state_touched.clear(), score_touched.clear(), doc_touched.clear();
+  }
+};
+
+struct QueryResult {
+  std::vector<int64_t> nodes, seed, parent, parent_edge, edges;
+  std::vector<int32_t> hop;
+  std::vector<float> score;
+};
+
+struct Candidate {
+  int64_t node, parent, edge, seed;
+  float unit_score;
+  int64_t unit_size;
+};
+
+}  // namespace
+
+KnowledgeGraph::KnowledgeGraph() {
+  check_igraph(igraph_empty(&graph_, 0, IGRAPH_DIRECTED), "igraph_empty");
+  group_offsets_.push_back(0);
+}
+
+KnowledgeGraph::~KnowledgeGraph() { igraph_destroy(&graph_); }
+
+int64_t KnowledgeGraph::n_nodes() const { return igraph_vcount(&graph_); }
+int64_t KnowledgeGraph::n_edges() const { return igraph_ecount(&graph_); }
+
+void KnowledgeGraph::add_nodes(int64_t count, const uint8_t* kind, const int64_t* doc, const float* weight) {
+  if (count < 0) throw std::invalid_argument("count: expected >= 0");
+  for (int64_t i = 0; i < count; ++i) {
+    if (kind[i] >= 64) throw std::invalid_argument(at("node_kind", i) + ": expected a kind in [0, 64)");
+    if (doc[i] < 0) throw std::invalid_argument(at("node_doc", i) + ": expected a document id >= 0");
+    if (!std::isfinite(weight[i])) throw std::invalid_argument(at("node_weight", i) + ": expected a finite weight");
+  }
+  std::unique_lock lock(mutex_);
+  const int64_t old_n = n_nodes();
+  node_kind_.reserve(old_n + count), node_doc_.reserve(old_n + count);
+  node_weight_.reserve(old_n + count), alias_of_.reserve(old_n + count);
+  check_igraph(igraph_add_vertices(&graph_, count, nullptr), "igraph_add_vertices");
+  node_kind_.insert(node_kind_.end(), kind, kind + count);
+  node_doc_.insert(node_doc_.end(), doc, doc + count);
+  node_weight_.insert(node_weight_.end(), weight, weight + count);
+  alias_of_.insert(alias_of_.end(), count, -1);
+  for (int64_t i = 0; i < count; ++i) max_doc_ = std::max(max_doc_, doc[i]);
+}
+
+void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t* dst, const uint8_t* kind,
+                               const float* weight) {
+  if (count < 0) throw std::invalid_argument("count: expected >= 0");
+  std::unique_lock lock(mutex_);
+  const int64_t n = n_nodes();
+  // igraph would silently grow the graph for an out-of-range id: reject first.
+  for (int64_t i = 0; i < count; ++i) {
+    if (src[i] < 0 || src[i] >= n) throw std::invalid_argument(at("src", i) + " = " + std::to_string(src[i]) + ": expected a node id in [0, " + std::to_string(n) + ")");
+    if (dst[i] < 0 || dst[i] >= n) throw std::invalid_argument(at("dst", i) + " = " + std::to_string(dst[i]) + ": expected a node id in [0, " + std::to_string(n) + ")");
+    if (kind[i] >= 64) throw std::invalid_argument(at("edge_kind", i) + ": expected a kind in [0, 64)");
+    if (!std::isfinite(weight[i])) throw std::invalid_argument(at("edge_weight", i) + ": expected a finite weight");
+  }
+  edge_kind_.reserve(n_edges() + count), edge_weight_.reserve(n_edges() + count);
+  igraph_vector_int_t pairs;
+  check_igraph(igraph_vector_int_init(&pairs, 2 * count), "igraph_vector_int_init");
+  for (int64_t i = 0; i < count; ++i) VECTOR(pairs)[2 * i] = src[i], VECTOR(pairs)[2 * i + 1] = dst[i];
+  const igraph_error_t rc = igraph_add_edges(&graph_, &pairs, nullptr);
+  igraph_vector_int_destroy(&pairs);
+  check_igraph(rc, "igraph_add_edges");
+  edge_kind_.insert(edge_kind_.end(), kind, kind + count);
+  edge_weight_.insert(edge_weight_.end(), weight, weight + count);
+}
+
+void KnowledgeGraph::set_aliases(const int64_t* group_of) {
+  std::unique_lock lock(mutex_);
+  const int64_t n = n_nodes();
+  int64_t n_groups = 0;
+  for (int64_t v = 0; v < n; ++v) {
+    if (group_of[v] < -1) throw std::invalid_argument(at("alias_group", v) + ": expected a group id >= 0 or -1");
+    n_groups = std::max(n_groups, group_of[v] + 1);
+  }
+  std::vector<int64_t> offsets(n_groups + 1, 0), members;
+  for (int64_t v = 0; v < n; ++v)
+    if (group_of[v] >= 0) ++offsets[group_of[v] + 1];
+  std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+  members.resize(offsets[n_groups]);
+  std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
+  for (int64_t v = 0; v < n; ++v)  // ascending v keeps each group's members sorted
+    if (group_of[v] >= 0) members[fill[group_of[v]]++] = v;
+  alias_of_.assign(group_of, group_of + n);
+  group_offsets_ = std::move(offsets);
+  group_members_ = std::move(members);
+}
+
+void KnowledgeGraph::edge_list(int64_t* src, int64_t* dst) const {
+  std::shared_lock lock(mutex_);
+  const int64_t m = n_edges();
+  for (int64_t e = 0; e < m; ++e) src[e] = VECTOR(graph_.from)[e], dst[e] = VECTOR(graph_.to)[e];
+}
+
+int64_t KnowledgeGraph::memory_bytes() const {
+  std::shared_lock lock(mutex_);
+  auto vec = [](const igraph_vector_int_t& v) { return static_cast<int64_t>(igraph_vector_int_capacity(&v) * sizeof(igraph_integer_t)); };
+  int64_t bytes = vec(graph_.from) + vec(graph_.to) + vec(graph_.oi) + vec(graph_.ii) + vec(graph_.os) + vec(graph_.is);
+  bytes += node_kind_.capacity() + edge_kind_.capacity() + 8 * node_doc_.capacity() + 4 * node_weight_.capacity() +
+           4 * edge_weight_.capacity() + 8 * (alias_of_.capacity() + group_offsets_.capacity() + group_members_.capacity());
+  return bytes;
+}
+
+Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, CsrView docs,
+                                 const ExpandOptions& opt, int num_threads) const {
+  std::shared_lock lock(mutex_);
+  const int64_t n = n_nodes();
+  if (opt.hops < 0) throw std::invalid_argument("hops: expected >= 0");
+  if (opt.min_keep < 0) throw std::invalid_argument("min_keep: expected >= 0");
+  if (std::isnan(opt.threshold)) throw std::invalid_argument("threshold: expected a number, got NaN");
+  for (int64_t i = 0; i < seeds.offsets[nq]; ++i)
+    if (seeds.values[i] < 0 || seeds.values[i] >= n) throw std::invalid_argument(at("seeds", i) + " = " + std::to_string(seeds.values[i]) + ": expected a node id in [0, " + std::to_string(n) + ")");
+  if (scores.sparse_offsets)
+    for (int64_t i = 0; i < scores.sparse_offsets[nq]; ++i) {
+      if (scores.sparse_nodes[i] < 0 || scores.sparse_nodes[i] >= n) throw std::invalid_argument(at("score_nodes", i) + ": expected a node id in [0, " + std::to_string(n) + ")");
+      if (std::isnan(scores.sparse_values[i])) throw std::invalid_argument(at("score_values", i) + ": expected a number, got NaN");
+    }
+
+  const igraph_integer_t* from = VECTOR(graph_.from);
+  const igraph_integer_t* to = VECTOR(graph_.to);
+  const igraph_integer_t* oi = VECTOR(graph_.oi);
+  const igraph_integer_t* ii = VECTOR(graph_.ii);
+  const igraph_integer_t* os = VECTOR(graph_.os);
+  const igraph_integer_t* is = VECTOR(graph_.is);
+  const bool use_out = opt.direction != Direction::In, use_in = opt.direction != Direction::Out;
+  const bool merge = opt.merge_aliases && !group_members_.empty();
+  const int64_t n_docs = max_doc_ + 1;
+  std::vector<QueryResult> results(nq);
+
+  parallel_tasks<Scratch>(nq, num_threads, [&](int64_t q, Scratch& s) {
+    s.ensure(n, n_docs);
+    QueryResult& r = results[q];
+    const bool restrict_docs = docs.offsets != nullptr;
+    if (restrict_docs)
+      for (int64_t i = docs.offsets[q]; i < docs.offsets[q + 1]; ++i) {
+        const int64_t d = docs.values[i];
+        if (d >= 0 && d < n_docs && !s.doc_ok[d]) s.doc_ok[d] = 1, s.doc_touched.push_back(d);
+      }
+    if (scores.sparse_offsets)
+      for (int64_t i = scores.sparse_offsets[q]; i < scores.sparse_offsets[q + 1]; ++i) {
+        const int64_t v = scores.sparse_nodes[i];
+        s.sparse_score[v] = scores.sparse_values[i];
+        s.score_touched.push_back(v);
+      }
+    bool saw_nan = false;
+    int64_t nan_node = -1;
+    auto score_of = [&](int64_t v) -> float {
+      float x;
+      if (scores.dense) x = scores.dense[q * n + v];
+      else if (scores.sparse_offsets) x = s.sparse_score[v];
+      else return kNoScore;
+      if (std::isnan(x) && !saw_nan) saw_nan = true, nan_node = v;
+      return x;
+    };
+    auto allowed = [&](int64_t v) {
+      return ((opt.node_kind_mask >> node_kind_[v]) & 1u) && (!restrict_docs || s.doc_ok[node_doc_[v]]);
+    };
+    auto set_state = [&](int64_t v, uint8_t st) {
+      if (s.state[v] == kUnseen) s.state_touched.push_back(v);
+      s.state[v] = st;
+    };
+    auto admit = [&](int64_t v, int32_t hop, int64_t seed, int64_t parent, int64_t edge) {
+      set_state(v, kReached);
+      s.result_slot[v] = static_cast<int64_t>(r.nodes.size());
+      r.nodes.push_back(v), r.hop.push_back(hop), r.seed.push_back(seed);
+      r.parent.push_back(parent), r.parent_edge.push_back(edge), r.score.push_back(score_of(v));
+    };
+    // Admits v and, when merging, the allowed members of its alias group that are not yet reached.
+    auto admit_unit = [&](int64_t v, int32_t hop, int64_t seed, int64_t parent, int64_t edge) {
+      admit(v, hop, seed, parent, edge);
+      if (merge && alias_of_[v] >= 0) {
+        const int64_t g = alias_of_[v];
+        for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
+          const int64_t m = group_members_[k];
+          if (m != v && s.state[m] != kReached && allowed(m)) admit(m, hop, seed, v, -1);
+        }
+      }
+    };
+
+    // Hop 0: the seeds, in the order given (repeats and alias siblings of earlier seeds skipped).
+    for (int64_t i = seeds.offsets[q]; i < seeds.offsets[q + 1]; ++i) {
+      const int64_t v = seeds.values[i];
+      if (s.state[v] != kReached) admit_unit(v, 0, v, -1, -1);
+    }
+    int64_t frontier_begin = 0, frontier_end = static_cast<int64_t>(r.nodes.size());
+    std::vector<Candidate> cand;
+    std::vector<int64_t> order;
+
+    for (int32_t hop = 1; hop <= opt.hops && frontier_begin < frontier_end; ++hop) {
+      cand.clear();
+      auto discover = [&](int64_t u, int64_t e, int64_t v) {
+        if (!((opt.edge_kind_mask >> edge_kind_[e]) & 1u) || s.state[v] != kUnseen || !allowed(v)) return;
+        set_state(v, kCandidate);
+        Candidate c{v, u, e, r.seed[s.result_slot[u]], score_of(v), 1};
+        if (merge && alias_of_[v] >= 0) {  // the whole alias group rides on its first-found member
+          const int64_t g = alias_of_[v];
+          for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
+            const int64_t m = group_members_[k];
+            if (m == v || s.state[m] != kUnseen || !allowed(m)) continue;
+            set_state(m, kCandidate);
+            ++c.unit_size;
+            c.unit_score = std::fmax(c.unit_score, score_of(m));
+          }
+        }
+        cand.push_back(c);
+      };
+      for (int64_t f = frontier_begin; f < frontier_end; ++f) {
+        const int64_t u = r.nodes[f];
+        if (use_out)
+          for (igraph_integer_t k = os[u]; k < os[u + 1]; ++k) discover(u, oi[k], to[oi[k]]);
+        if (use_in)
+          for (igraph_integer_t k = is[u]; k < is[u + 1]; ++k) discover(u, ii[k], from[ii[k]]);
+      }
+      if (saw_nan) break;
+      // Relevance: best first (score desc, node asc); keep those above the threshold, and at
+      // least min_keep of the best when fewer pass.
+      const int64_t nc = static_cast<int64_t>(cand.size());
+      order.resize(nc);
+      std::iota(order.begin(), order.end(), 0);
+      int64_t keep = nc;
+      if (scores.present()) {
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          if (cand[a].unit_score != cand[b].unit_score) return cand[a].unit_score > cand[b].unit_score;
+          return cand[a].node < cand[b].node;
+        });
+        int64_t passing = 0;
+        for (const Candidate& c : cand) passing += c.unit_score > opt.threshold;
+        keep = std::max(passing, std::min(opt.min_keep, nc));
+      } else {
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cand[a].node < cand[b].node; });
+      }
+      frontier_begin = static_cast<int64_t>(r.nodes.size());
+      bool full = false;
+      for (int64_t i = 0; i < nc; ++i) {
+        const Candidate& c = cand[order[i]];
+        if (i < keep && !full && (opt.budget < 0 || static_cast<int64_t>(r.nodes.size()) + c.unit_size <= opt.budget)) {
+          admit_unit(c.node, hop, c.seed, c.parent, c.edge);
+        } else {
+          full = full || i < keep;  // budget exhausted: admit nothing further this hop
+          set_state(c.node, kDropped);
+          if (merge && alias_of_[c.node] >= 0) {
+            const int64_t g = alias_of_[c.node];
+            for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k)
+              if (s.state[group_members_[k]] == kCandidate) s.state[group_members_[k]] = kDropped;
+          }
+        }
+      }
+      frontier_end = static_cast<int64_t>(r.nodes.size());
+      if (full) break;
+    }
+    if (saw_nan) {
+      s.reset();
+      throw std::invalid_argument("scores: NaN for node " + std::to_string(nan_node) + " in query " + std::to_string(q));
+    }
+    // Induced subgraph: every allowed-kind edge whose two ends were reached.
+    for (int64_t u : r.nodes)
+      for (igraph_integer_t k = os[u]; k < os[u + 1]; ++k) {
+        const int64_t e = oi[k];
+        if (s.state[to[e]] == kReached && ((opt.edge_kind_mask >> edge_kind_[e]) & 1u)) r.edges.push_back(e);
+      }
+    std::sort(r.edges.begin(), r.edges.end());
+    s.reset();
+  });
+
+  Expansion out;
+  out.node_offsets.assign(1, 0), out.edge_offsets.assign(1, 0);
+  for (const QueryResult& r : results) {
+    out.node_offsets.push_back(out.node_offsets.back() + static_cast<int64_t>(r.nodes.size()));
+    out.edge_offsets.push_back(out.edge_offsets.back() + static_cast<int64_t>(r.edges.size()));
+  }
+  const auto total = static_cast<size_t>(out.node_offsets.back());
+  out.nodes.reserve(total), out.seed.reserve(total), out.parent.reserve(total);
+  out.parent_edge.reserve(total), out.hop.reserve(total), out.score.reserve(total);
+  out.edges.reserve(static_cast<size_t>(out.edge_offsets.back()));
+  for (QueryResult& r : results) {
+    out.nodes.insert(out.nodes.end(), r.nodes.begin(), r.nodes.end());
+    out.seed.insert(out.seed.end(), r.seed.begin(), r.seed.end());
+    out.parent.insert(out.parent.end(), r.parent.begin(), r.parent.end());
+    out.parent_edge.insert(out.parent_edge.end(), r.parent_edge.begin(), r.parent_edge.end());
+    out.hop.insert(out.hop.end(), r.hop.begin(), r.hop.end());
+    out.score.insert(out.score.end(), r.score.begin(), r.score.end());
+    out.edges.insert(out.edges.end(), r.edges.begin(), r.edges.end());
+  }
+  return out;
+}
+
+}  // namespace colgraph

@@ -1,0 +1,93 @@
+// Typed multimodal knowledge graph on the igraph C library, with batched, relevance-filtered
+// multi-source BFS expansion.
+//
+// Storage: one directed igraph_t holds the topology (edge e runs from[e] -> to[e]); node
+// kind/document/weight and edge kind/weight live beside it in columnar vectors indexed by
+// igraph's vertex and edge ids. Expansion reads igraph's own index vectors (from, to, oi, ii,
+// os, is) directly as a read-only CSR snapshot: no copy of the adjacency, and no igraph call
+// while worker threads run (Debian's igraph is built without thread-local error state).
+#pragma once
+
+#include <igraph.h>
+
+#include <cstdint>
+#include <shared_mutex>
+#include <vector>
+
+namespace colgraph {
+
+struct CsrView {  // offsets == nullptr means "absent"
+  const int64_t* offsets = nullptr;
+  const int64_t* values = nullptr;
+};
+
+struct ScoresView {  // dense [nq, n] row-major, or sparse CSR per query, or neither
+  const float* dense = nullptr;
+  const int64_t* sparse_offsets = nullptr;
+  const int64_t* sparse_nodes = nullptr;
+  const float* sparse_values = nullptr;
+  bool present() const { return dense != nullptr || sparse_offsets != nullptr; }
+};
+
+enum class Direction : int { Both = 0, Out = 1, In = 2 };
+
+struct ExpandOptions {
+  int64_t hops = 1;
+  float threshold = 0.0f;        // a neighbour passes when score > threshold
+  int64_t min_keep = 0;          // ... and at least this many best candidates are kept per hop
+  int64_t budget = -1;           // most nodes reached per query (seeds always kept); -1 = none
+  uint64_t node_kind_mask = ~0ull;
+  uint64_t edge_kind_mask = ~0ull;
+  Direction direction = Direction::Both;
+  bool merge_aliases = false;
+};
+
+// Per query, concatenated in query order (CSR by node_offsets / edge_offsets).
+struct Expansion {
+  std::vector<int64_t> node_offsets, nodes, seed, parent, parent_edge;
+  std::vector<int32_t> hop;
+  std::vector<float> score;
+  std::vector<int64_t> edge_offsets, edges;
+};
+
+class KnowledgeGraph {
+ public:
+  KnowledgeGraph();
+  ~KnowledgeGraph();
+  KnowledgeGraph(const KnowledgeGraph&) = delete;
+  KnowledgeGraph& operator=(const KnowledgeGraph&) = delete;
+
+  // Both calls validate everything first and leave the graph unchanged when they throw.
+  void add_nodes(int64_t count, const uint8_t* kind, const int64_t* doc, const float* weight);
+  void add_edges(int64_t count, const int64_t* src, const int64_t* dst, const uint8_t* kind,
+                 const float* weight);
+  // group_of[v] >= 0 puts v in that alias group; -1 leaves it alone. Replaces the table.
+  void set_aliases(const int64_t* group_of);
+
+  int64_t n_nodes() const;
+  int64_t n_edges() const;
+  void edge_list(int64_t* src, int64_t* dst) const;
+  const std::vector<uint8_t>& node_kind() const { return node_kind_; }
+  const std::vector<int64_t>& node_doc() const { return node_doc_; }
+  const std::vector<float>& node_weight() const { return node_weight_; }
+  const std::vector<uint8_t>& edge_kind() const { return edge_kind_; }
+  const std::vector<float>& edge_weight() const { return edge_weight_; }
+  const std::vector<int64_t>& alias_of() const { return alias_of_; }
+  // Bytes held by the graph: igraph's vectors plus the attribute columns.
+  int64_t memory_bytes() const;
+
+  Expansion expand(int64_t n_queries, CsrView seeds, ScoresView scores, CsrView docs,
+                   const ExpandOptions& options, int num_threads) const;
+
+ private:
+  igraph_t graph_;
+  std::vector<uint8_t> node_kind_, edge_kind_;
+  std::vector<int64_t> node_doc_;
+  std::vector<float> node_weight_, edge_weight_;
+  std::vector<int64_t> alias_of_;                       // [n] group or -1
+  std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
+  int64_t max_doc_ = -1;
+  mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive
+};
+
+}  // namespace colgraph
