@@ -235,9 +235,19 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
 
     for (int32_t hop = 1; hop <= opt.hops && frontier_begin < frontier_end; ++hop) {
       cand.clear();
+      // A neighbour's parent is the first frontier node that finds it; among that node's
+      // edges to it (parallel edges, or both directions), the lowest edge id is recorded, so
+      // the result does not depend on how igraph orders tied edges.
       auto discover = [&](int64_t u, int64_t e, int64_t v) {
-        if (!((opt.edge_kind_mask >> edge_kind_[e]) & 1u) || s.state[v] != kUnseen || !allowed(v)) return;
+        if (!((opt.edge_kind_mask >> edge_kind_[e]) & 1u)) return;
+        if (s.state[v] == kCandidate) {
+          const int64_t c = s.result_slot[v];
+          if (c >= 0 && cand[c].parent == u && e < cand[c].edge) cand[c].edge = e;
+          return;
+        }
+        if (s.state[v] != kUnseen || !allowed(v)) return;
         set_state(v, kCandidate);
+        s.result_slot[v] = static_cast<int64_t>(cand.size());
         Candidate c{v, u, e, r.seed[s.result_slot[u]], score_of(v), 1};
         if (merge && alias_of_[v] >= 0) {  // the whole alias group rides on its first-found member
           const int64_t g = alias_of_[v];

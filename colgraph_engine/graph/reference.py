@@ -192,7 +192,8 @@ class ReferenceGraph:
             unit = np.where(merge & (self._alias_of[v] >= 0), self._alias_of[v], -1 - v) if merge else v
             _, first = np.unique(unit, return_index=True)
             first = np.sort(first)
-            e, v, u = e[first], v[first], u[first]
+            e = self._lowest_edge(e, v, u, first)
+            v, u = v[first], u[first]
             sizes = np.ones(v.size, np.int64)
             unit_score = score[v].astype(np.float64) if score is not None else None
             unit_members = [None] * v.size
@@ -242,6 +243,14 @@ class ReferenceGraph:
             score=score[nodes].astype(np.float32) if score is not None else np.full(nodes.size, np.nan, np.float32),
             edges=induced.astype(np.int64),
         )
+
+    def _lowest_edge(self, e, v, u, first):
+        """For each first discovery (u -> v), the lowest id among u's traversed edges to v."""
+        n = self.n_nodes
+        by_edge = np.argsort(e, kind="stable")
+        keys, at = np.unique((u * n + v)[by_edge], return_index=True)
+        lowest = e[by_edge][at]
+        return lowest[np.searchsorted(keys, u[first] * n + v[first])]
 
     @staticmethod
     def _check_nan(score, v, unit_members, q):
