@@ -104,7 +104,9 @@ def to_markdown(info: dict, rows: list[dict], stamp: str) -> str:
              "Median of N calls after one warmup. GFLOP/s counts 2·Nq·Lq·Nd·Ld·d. "
              f"Speedup = {_impls.BASELINE} ms / row ms (in bf16 cases colpali-engine fp32 scores an "
              "fp32 copy of the same bf16 values, made before timing). Error = max |score − fp64| on "
-             "the checked subset, with the tolerance (2 × plain-torch error in the input dtype).", "",
+             "the checked subset, with the tolerance (2 × plain-torch error in the input dtype). "
+             "On shared or virtualised machines run-to-run noise can exceed 2× on the large rows; "
+             "compare ms (min) as well, and the raw per-call times in the JSON.", "",
              "| case | implementation | ms (median) | ms (min) | GFLOP/s | speedup vs colpali | max err (tol) |",
              "|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -124,7 +126,9 @@ def plot(rows: list[dict], path: pathlib.Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     cases = list(dict.fromkeys(r["case"] for r in rows))
-    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    # Legend in table order: the bf16 cross case lists every row name there is.
+    order = _impls.impl_names(_data.CROSS_BF16)
+    impls = sorted(dict.fromkeys(r["impl"] for r in rows), key=lambda n: order.index(n) if n in order else len(order))
     ms = {(r["case"], r["impl"]): r["ms_median"] for r in rows if r["status"] == "ok"}
     width = 0.8 / len(impls)
     fig, ax = plt.subplots(figsize=(12, 5.5))

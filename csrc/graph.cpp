@@ -19,9 +19,11 @@ constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
 
 std::string at(const char* what, int64_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
 
+}  // namespace
+
 // Per-thread working memory, sized to the graph on first use and reset through "touched"
 // lists, so a query costs O(nodes it touches), not O(graph).
-struct Scratch {
+struct ExpandScratch {
   std::vector<uint8_t> state;
   std::vector<int64_t> state_touched;
   std::vector<float> sparse_score;
@@ -43,6 +45,40 @@ struct Scratch {
     for (int64_t v : score_touched) sparse_score[v] = -std::numeric_limits<float>::infinity();
     for (int64_t d : doc_touched) doc_ok[d] = 0;
     state_touched.clear(), score_touched.clear(), doc_touched.clear();
+  }
+};
+
+ScratchPool::ScratchPool() = default;
+ScratchPool::~ScratchPool() = default;
+
+std::unique_ptr<ExpandScratch> ScratchPool::acquire() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (free_.empty()) return std::make_unique<ExpandScratch>();
+  auto s = std::move(free_.back());
+  free_.pop_back();
+  return s;
+}
+
+void ScratchPool::release(std::unique_ptr<ExpandScratch> s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.push_back(std::move(s));
+}
+
+namespace {
+
+// A worker's borrowed scratch, returned to the pool when the worker ends.
+struct ScratchLease {
+  ScratchPool* pool = nullptr;
+  std::unique_ptr<ExpandScratch> scratch;
+  ExpandScratch& get(ScratchPool& p) {
+    if (!scratch) pool = &p, scratch = p.acquire();
+    return *scratch;
+  }
+  ~ScratchLease() {
+    if (scratch) {
+      scratch->reset();
+      pool->release(std::move(scratch));
+    }
   }
 };
 
@@ -174,7 +210,8 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
   const int64_t n_docs = max_doc_ + 1;
   std::vector<QueryResult> results(nq);
 
-  parallel_tasks<Scratch>(nq, num_threads, [&](int64_t q, Scratch& s) {
+  parallel_tasks<ScratchLease>(nq, num_threads, [&](int64_t q, ScratchLease& lease) {
+    ExpandScratch& s = lease.get(scratch_pool_);
     s.ensure(n, n_docs);
     QueryResult& r = results[q];
     const bool restrict_docs = docs.offsets != nullptr;

@@ -11,6 +11,8 @@
 #include <igraph.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <vector>
 
@@ -48,6 +50,22 @@ struct Expansion {
   std::vector<int32_t> hop;
   std::vector<float> score;
   std::vector<int64_t> edge_offsets, edges;
+};
+
+struct ExpandScratch;  // per-thread working memory of an expansion (graph.cpp)
+
+// Keeps expansion scratch between calls: sizing it to a million-node graph costs more than
+// a batch of queries, so workers borrow one and hand it back.
+class ScratchPool {
+ public:
+  ScratchPool();
+  ~ScratchPool();
+  std::unique_ptr<ExpandScratch> acquire();
+  void release(std::unique_ptr<ExpandScratch> s);
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<ExpandScratch>> free_;
 };
 
 class KnowledgeGraph {
@@ -88,6 +106,7 @@ class KnowledgeGraph {
   std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
   int64_t max_doc_ = -1;
   mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive
+  mutable ScratchPool scratch_pool_;
 };
 
 }  // namespace colgraph
