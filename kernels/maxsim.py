@@ -117,9 +117,18 @@ def _score_group(q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_
     return tl.sum(tl.reshape(running, [G, LQP]), axis=1)
 
 
+def _prune_configs(configs, named_args, **kwargs):
+    """Drops configs whose two [rows, BLOCK_N] fp32 register tiles (the tile product and the
+    running max) would take more than 128 registers per thread, i.e. spill."""
+    rows = kwargs.get("G", named_args.get("G", 1)) * kwargs.get("LQP", named_args.get("LQP", 1))
+    fitting = [c for c in configs if rows * c.kwargs["BLOCK_N"] // (32 * c.num_warps) <= 64]
+    return fitting or configs[:1]
+
+
 # WORK_LOG2 (log2 of the program count) is in the key so that a tiny first call does not fix
 # the configuration used for large ones.
-@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "CANDIDATES", "WORK_LOG2"])
+@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "CANDIDATES", "WORK_LOG2"],
+                 prune_configs_by={"early_config_prune": _prune_configs})
 @triton.jit
 def _maxsim_kernel(
     q_ptr, q_offsets_ptr, n_queries, q_row_stride,
