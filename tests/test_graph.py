@@ -312,3 +312,15 @@ def test_memory_per_edge_is_small():
     g = KnowledgeGraph.from_arrays(kind, doc, src, dst, edge_kind=ek, backend="native")
     per_edge = (g.memory_bytes() - 30 * g.n_nodes) / g.n_edges  # nodes: ~25 bytes each
     assert per_edge <= 40, per_edge
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_plain_edge_list_round_trip(backend):
+    g = KnowledgeGraph.from_arrays(*star(), edge_kind=[0, 1, 2, 3, 0, 1, 2], edge_weight=[0.5] * 7, backend=backend)
+    rows = g.to_edge_list()
+    assert rows[0] == (0, 1, 0, 0.5) and len(rows) == 7
+    back = KnowledgeGraph.from_edge_list(rows, g.n_nodes, node_kind=g.node_kind, node_doc=g.node_doc, backend=backend)
+    assert back.to_edge_list() == rows and np.array_equal(back.node_doc, g.node_doc)
+    assert KnowledgeGraph.from_edge_list([(0, 3), (3, 1)], backend=backend).n_nodes == 4
+    with pytest.raises(ValueError, match="edges"):
+        KnowledgeGraph.from_edge_list([(0, 1), (1, 2, 3)], backend=backend)

@@ -352,6 +352,30 @@ class KnowledgeGraph:
             node_names=g.vs["name"] if "name" in vattrs else None,
             backend=backend)
 
+    def to_edge_list(self) -> list[tuple[int, int, int, float]]:
+        """``[(src, dst, kind, weight), ...]`` in edge id order."""
+        src, dst = self.edges()
+        return list(zip(src.tolist(), dst.tolist(), self.edge_kind.tolist(), self.edge_weight.tolist()))
+
+    @classmethod
+    def from_edge_list(cls, edges: Iterable[Sequence], n_nodes: int | None = None, *, node_kind=None, node_doc=None,
+                       backend: str | None = None) -> KnowledgeGraph:
+        """From ``(src, dst)``, ``(src, dst, kind)`` or ``(src, dst, kind, weight)`` tuples.
+        `n_nodes` defaults to the largest id + 1; nodes default to kind ENTITY in document 0."""
+        rows = [tuple(e) for e in edges]
+        if any(not 2 <= len(r) <= 4 for r in rows):
+            raise ValueError("edges: expected (src, dst[, kind[, weight]]) tuples")
+        width = max((len(r) for r in rows), default=2)
+        if any(len(r) != width for r in rows):
+            raise ValueError("edges: expected every tuple to have the same length")
+        cols = list(zip(*rows)) if rows else [(), ()]
+        src, dst = _as_int_array(list(cols[0]), "src"), _as_int_array(list(cols[1]), "dst")
+        if n_nodes is None:
+            n_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
+        return cls.from_arrays(node_kind, np.zeros(n_nodes, np.int64) if node_doc is None else node_doc, src, dst,
+                               edge_kind=list(cols[2]) if width > 2 else None,
+                               edge_weight=list(cols[3]) if width > 3 else None, backend=backend)
+
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Writes topology, attributes, aliases and names to directory `path`, atomically."""
