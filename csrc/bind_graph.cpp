@@ -43,9 +43,6 @@ py::array_t<T> to_numpy(std::vector<T>&& v) {
   return py::array_t<T>({static_cast<py::ssize_t>(holder->size())}, {sizeof(T)}, holder->data(), owner);
 }
 
-template <class T>
-py::array_t<T> copy_numpy(const std::vector<T>& v) { return to_numpy(std::vector<T>(v)); }
-
 }  // namespace
 
 void bind_graph(py::module_& m) {
@@ -79,12 +76,12 @@ void bind_graph(py::module_& m) {
              g.edge_list(src.data(), dst.data());
              return py::make_tuple(to_numpy(std::move(src)), to_numpy(std::move(dst)));
            })
-      .def("node_kind", [](const KnowledgeGraph& g) { return copy_numpy(g.node_kind()); })
-      .def("node_doc", [](const KnowledgeGraph& g) { return copy_numpy(g.node_doc()); })
-      .def("node_weight", [](const KnowledgeGraph& g) { return copy_numpy(g.node_weight()); })
-      .def("edge_kind", [](const KnowledgeGraph& g) { return copy_numpy(g.edge_kind()); })
-      .def("edge_weight", [](const KnowledgeGraph& g) { return copy_numpy(g.edge_weight()); })
-      .def("alias_of", [](const KnowledgeGraph& g) { return copy_numpy(g.alias_of()); })
+      .def("node_kind", [](const KnowledgeGraph& g) { return to_numpy(g.node_kind()); })
+      .def("node_doc", [](const KnowledgeGraph& g) { return to_numpy(g.node_doc()); })
+      .def("node_weight", [](const KnowledgeGraph& g) { return to_numpy(g.node_weight()); })
+      .def("edge_kind", [](const KnowledgeGraph& g) { return to_numpy(g.edge_kind()); })
+      .def("edge_weight", [](const KnowledgeGraph& g) { return to_numpy(g.edge_weight()); })
+      .def("alias_of", [](const KnowledgeGraph& g) { return to_numpy(g.alias_of()); })
       .def("memory_bytes", &KnowledgeGraph::memory_bytes)
       .def("expand",
            [](const KnowledgeGraph& g, const Arr<int64_t>& seed_offsets, const Arr<int64_t>& seeds, int64_t hops,

@@ -94,6 +94,19 @@ struct Candidate {
   int64_t unit_size;
 };
 
+// Appends `count` weights to a lazily materialised column holding `old_count` entries.
+void append_weights(std::vector<float>& column, int64_t old_count, const float* weight, int64_t count) {
+  if (column.empty() && std::all_of(weight, weight + count, [](float w) { return w == 1.0f; })) return;
+  if (column.empty()) column.assign(old_count, 1.0f);
+  column.insert(column.end(), weight, weight + count);
+}
+
+std::vector<float> read_weights(const std::vector<float>& column, int64_t count) {
+  return column.empty() ? std::vector<float>(count, 1.0f) : column;
+}
+
+constexpr int64_t kInt32Max = 2147483647;
+
 }  // namespace
 
 KnowledgeGraph::KnowledgeGraph() {
@@ -110,17 +123,17 @@ void KnowledgeGraph::add_nodes(int64_t count, const uint8_t* kind, const int64_t
   if (count < 0) throw std::invalid_argument("count: expected >= 0");
   for (int64_t i = 0; i < count; ++i) {
     if (kind[i] >= 64) throw std::invalid_argument(at("node_kind", i) + ": expected a kind in [0, 64)");
-    if (doc[i] < 0) throw std::invalid_argument(at("node_doc", i) + ": expected a document id >= 0");
+    if (doc[i] < 0 || doc[i] > kInt32Max) throw std::invalid_argument(at("node_doc", i) + ": expected a document id in [0, 2^31)");
     if (!std::isfinite(weight[i])) throw std::invalid_argument(at("node_weight", i) + ": expected a finite weight");
   }
   std::unique_lock lock(mutex_);
   const int64_t old_n = n_nodes();
-  node_kind_.reserve(old_n + count), node_doc_.reserve(old_n + count);
-  node_weight_.reserve(old_n + count), alias_of_.reserve(old_n + count);
+  node_kind_.reserve(old_n + count), node_doc_.reserve(old_n + count), alias_of_.reserve(old_n + count);
+  if (!node_weight_.empty()) node_weight_.reserve(old_n + count);
   check_igraph(igraph_add_vertices(&graph_, count, nullptr), "igraph_add_vertices");
   node_kind_.insert(node_kind_.end(), kind, kind + count);
   node_doc_.insert(node_doc_.end(), doc, doc + count);
-  node_weight_.insert(node_weight_.end(), weight, weight + count);
+  append_weights(node_weight_, old_n, weight, count);
   alias_of_.insert(alias_of_.end(), count, -1);
   for (int64_t i = 0; i < count; ++i) max_doc_ = std::max(max_doc_, doc[i]);
 }
@@ -137,7 +150,9 @@ void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t*
     if (kind[i] >= 64) throw std::invalid_argument(at("edge_kind", i) + ": expected a kind in [0, 64)");
     if (!std::isfinite(weight[i])) throw std::invalid_argument(at("edge_weight", i) + ": expected a finite weight");
   }
-  edge_kind_.reserve(n_edges() + count), edge_weight_.reserve(n_edges() + count);
+  const int64_t old_m = n_edges();
+  edge_kind_.reserve(old_m + count);
+  if (!edge_weight_.empty()) edge_weight_.reserve(old_m + count);
   igraph_vector_int_t pairs;
   check_igraph(igraph_vector_int_init(&pairs, 2 * count), "igraph_vector_int_init");
   for (int64_t i = 0; i < count; ++i) VECTOR(pairs)[2 * i] = src[i], VECTOR(pairs)[2 * i + 1] = dst[i];
@@ -145,7 +160,7 @@ void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t*
   igraph_vector_int_destroy(&pairs);
   check_igraph(rc, "igraph_add_edges");
   edge_kind_.insert(edge_kind_.end(), kind, kind + count);
-  edge_weight_.insert(edge_weight_.end(), weight, weight + count);
+  append_weights(edge_weight_, old_m, weight, count);
 }
 
 void KnowledgeGraph::set_aliases(const int64_t* group_of) {
@@ -153,7 +168,7 @@ void KnowledgeGraph::set_aliases(const int64_t* group_of) {
   const int64_t n = n_nodes();
   int64_t n_groups = 0;
   for (int64_t v = 0; v < n; ++v) {
-    if (group_of[v] < -1) throw std::invalid_argument(at("alias_group", v) + ": expected a group id >= 0 or -1");
+    if (group_of[v] < -1 || group_of[v] >= kInt32Max) throw std::invalid_argument(at("alias_group", v) + ": expected a group id in [0, 2^31) or -1");
     n_groups = std::max(n_groups, group_of[v] + 1);
   }
   std::vector<int64_t> offsets(n_groups + 1, 0), members;
@@ -175,12 +190,25 @@ void KnowledgeGraph::edge_list(int64_t* src, int64_t* dst) const {
   for (int64_t e = 0; e < m; ++e) src[e] = VECTOR(graph_.from)[e], dst[e] = VECTOR(graph_.to)[e];
 }
 
+std::vector<uint8_t> KnowledgeGraph::node_kind() const { std::shared_lock lock(mutex_); return node_kind_; }
+std::vector<uint8_t> KnowledgeGraph::edge_kind() const { std::shared_lock lock(mutex_); return edge_kind_; }
+std::vector<int64_t> KnowledgeGraph::node_doc() const {
+  std::shared_lock lock(mutex_);
+  return std::vector<int64_t>(node_doc_.begin(), node_doc_.end());
+}
+std::vector<int64_t> KnowledgeGraph::alias_of() const {
+  std::shared_lock lock(mutex_);
+  return std::vector<int64_t>(alias_of_.begin(), alias_of_.end());
+}
+std::vector<float> KnowledgeGraph::node_weight() const { std::shared_lock lock(mutex_); return read_weights(node_weight_, n_nodes()); }
+std::vector<float> KnowledgeGraph::edge_weight() const { std::shared_lock lock(mutex_); return read_weights(edge_weight_, n_edges()); }
+
 int64_t KnowledgeGraph::memory_bytes() const {
   std::shared_lock lock(mutex_);
   auto vec = [](const igraph_vector_int_t& v) { return static_cast<int64_t>(igraph_vector_int_capacity(&v) * sizeof(igraph_integer_t)); };
   int64_t bytes = vec(graph_.from) + vec(graph_.to) + vec(graph_.oi) + vec(graph_.ii) + vec(graph_.os) + vec(graph_.is);
-  bytes += node_kind_.capacity() + edge_kind_.capacity() + 8 * node_doc_.capacity() + 4 * node_weight_.capacity() +
-           4 * edge_weight_.capacity() + 8 * (alias_of_.capacity() + group_offsets_.capacity() + group_members_.capacity());
+  bytes += node_kind_.capacity() + edge_kind_.capacity() + 4 * node_doc_.capacity() + 4 * node_weight_.capacity() +
+           4 * edge_weight_.capacity() + 4 * alias_of_.capacity() + 8 * (group_offsets_.capacity() + group_members_.capacity());
   return bytes;
 }
 

@@ -85,12 +85,13 @@ class KnowledgeGraph {
   int64_t n_nodes() const;
   int64_t n_edges() const;
   void edge_list(int64_t* src, int64_t* dst) const;
-  const std::vector<uint8_t>& node_kind() const { return node_kind_; }
-  const std::vector<int64_t>& node_doc() const { return node_doc_; }
-  const std::vector<float>& node_weight() const { return node_weight_; }
-  const std::vector<uint8_t>& edge_kind() const { return edge_kind_; }
-  const std::vector<float>& edge_weight() const { return edge_weight_; }
-  const std::vector<int64_t>& alias_of() const { return alias_of_; }
+  // Copies of the attribute columns, widened to the API's types.
+  std::vector<uint8_t> node_kind() const;
+  std::vector<int64_t> node_doc() const;
+  std::vector<float> node_weight() const;
+  std::vector<uint8_t> edge_kind() const;
+  std::vector<float> edge_weight() const;
+  std::vector<int64_t> alias_of() const;
   // Bytes held by the graph: igraph's vectors plus the attribute columns.
   int64_t memory_bytes() const;
 
@@ -99,10 +100,12 @@ class KnowledgeGraph {
 
  private:
   igraph_t graph_;
+  // Columns are as narrow as their ranges allow (memory per edge is a target). A weight column
+  // stays empty while every weight is 1, the common case for extracted graphs.
   std::vector<uint8_t> node_kind_, edge_kind_;
-  std::vector<int64_t> node_doc_;
+  std::vector<int32_t> node_doc_;
   std::vector<float> node_weight_, edge_weight_;
-  std::vector<int64_t> alias_of_;                       // [n] group or -1
+  std::vector<int32_t> alias_of_;                       // [n] group or -1
   std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
   int64_t max_doc_ = -1;
   mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive

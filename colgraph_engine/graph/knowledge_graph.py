@@ -147,8 +147,9 @@ class KnowledgeGraph:
         doc_arr = _as_int_array(doc, "doc")
         k = doc_arr.size
         kind_arr = _as_kinds(kind, "kind", k, NodeKind.ENTITY)
-        if doc_arr.size and doc_arr.min() < 0:
-            raise ValueError(f"doc: expected document ids >= 0, got {int(doc_arr.min())}")
+        if doc_arr.size and (doc_arr.min() < 0 or doc_arr.max() >= 2**31):
+            bad = int(doc_arr[(doc_arr < 0) | (doc_arr >= 2**31)][0])
+            raise ValueError(f"doc: expected document ids in [0, 2^31), got {bad}")
         weight_arr = _as_float_array(weight, "weight", k, 1.0)
         if names is not None:
             names = list(names)
@@ -185,8 +186,8 @@ class KnowledgeGraph:
     def set_aliases(self, group_of) -> None:
         """Sets the alias table: ``group_of[v] >= 0`` is v's group, -1 means no alias."""
         groups = _as_int_array(group_of, "group_of", self.n_nodes)
-        if groups.size and groups.min() < -1:
-            raise ValueError(f"group_of: expected group ids >= 0 or -1, got {int(groups.min())}")
+        if groups.size and (groups.min() < -1 or groups.max() >= 2**31 - 1):
+            raise ValueError(f"group_of: expected group ids in [0, 2^31 - 1) or -1, got {int(groups[(groups < -1) | (groups >= 2**31 - 1)][0])}")
         self._impl.set_aliases(groups)
 
     def set_aliases_from_names(self, kinds: Iterable[int] | None = (NodeKind.ENTITY,)) -> int:
