@@ -83,6 +83,8 @@ void bind_graph(py::module_& m) {
       .def("edge_weight", [](const KnowledgeGraph& g) { return to_numpy(g.edge_weight()); })
       .def("alias_of", [](const KnowledgeGraph& g) { return to_numpy(g.alias_of()); })
       .def("memory_bytes", &KnowledgeGraph::memory_bytes)
+      .def("igraph_neighbors", [](const KnowledgeGraph& g, int64_t v, int mode) { return to_numpy(g.igraph_neighbors_of(v, mode)); },
+           py::arg("v"), py::arg("mode") = 0, "igraph_neighbors() on the stored graph (0 all, 1 out, 2 in).")
       .def("expand",
            [](const KnowledgeGraph& g, const Arr<int64_t>& seed_offsets, const Arr<int64_t>& seeds, int64_t hops,
               const py::object& dense_scores, const py::object& score_offsets, const py::object& score_nodes,

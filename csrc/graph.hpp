@@ -92,6 +92,8 @@ class KnowledgeGraph {
   std::vector<uint8_t> edge_kind() const;
   std::vector<float> edge_weight() const;
   std::vector<int64_t> alias_of() const;
+  // igraph's own igraph_neighbors (mode 0 all, 1 out, 2 in): a check that the structure is sound.
+  std::vector<int64_t> igraph_neighbors_of(int64_t v, int mode) const;
   // Bytes held by the graph: igraph's vectors plus the attribute columns.
   int64_t memory_bytes() const;
 
@@ -99,6 +101,8 @@ class KnowledgeGraph {
                    const ExpandOptions& options, int num_threads) const;
 
  private:
+  void bulk_load_edges(int64_t m, const int64_t* src, const int64_t* dst);
+
   igraph_t graph_;
   // Columns are as narrow as their ranges allow (memory per edge is a target). A weight column
   // stays empty while every weight is 1, the common case for extracted graphs.

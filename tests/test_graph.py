@@ -324,3 +324,23 @@ def test_plain_edge_list_round_trip(backend):
     assert KnowledgeGraph.from_edge_list([(0, 3), (3, 1)], backend=backend).n_nodes == 4
     with pytest.raises(ValueError, match="edges"):
         KnowledgeGraph.from_edge_list([(0, 1), (1, 2, 3)], backend=backend)
+
+
+@NATIVE
+@pytest.mark.parametrize("incremental", [False, True])
+def test_igraph_functions_work_on_the_stored_graph(incremental):
+    """The bulk loader writes igraph's indexed edge list directly; igraph's own neighbour query
+    must see exactly the edges given (and the same after incremental igraph_add_edges)."""
+    kind, doc, src, dst, ek = random_graph(9)
+    g = KnowledgeGraph(backend="native")
+    g.add_nodes(kind, doc)
+    if incremental:
+        g.add_edges(src[:100], dst[:100])
+        g.add_edges(src[100:], dst[100:])
+    else:
+        g.add_edges(src, dst)
+    core = g._impl
+    for v in range(0, g.n_nodes, 7):
+        assert core.igraph_neighbors(v, 1).tolist() == sorted(dst[src == v].tolist())
+        assert core.igraph_neighbors(v, 2).tolist() == sorted(src[dst == v].tolist())
+        assert core.igraph_neighbors(v, 0).tolist() == sorted(dst[src == v].tolist() + src[dst == v].tolist())
