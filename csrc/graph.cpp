@@ -169,15 +169,21 @@ void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t*
 
 namespace {
 
-// Stable counting sort of `order` by key[order[i]] in [0, n_keys); `start` receives the
-// [n_keys + 1] bucket starts.
-void counting_sort(const igraph_integer_t* key, int64_t n_keys, const std::vector<igraph_integer_t>& order,
-                   igraph_integer_t* out, igraph_integer_t* start) {
-  std::fill(start, start + n_keys + 1, 0);
-  for (igraph_integer_t e : order) ++start[key[e] + 1];
-  for (int64_t v = 0; v < n_keys; ++v) start[v + 1] += start[v];
-  std::vector<igraph_integer_t> fill(start, start + n_keys);
-  for (igraph_integer_t e : order) out[fill[key[e]]++] = e;
+// Edge ids ordered by (primary, secondary, id): one counting sort by `primary` (ids stay in
+// ascending order within a bucket), then a small sort of each bucket by `secondary`. `start`
+// receives the [n + 1] bucket starts, exactly igraph's os/is vectors.
+void order_edges(const igraph_integer_t* primary, const igraph_integer_t* secondary, int64_t n, int64_t m,
+                 igraph_integer_t* out, igraph_integer_t* start) {
+  std::fill(start, start + n + 1, 0);
+  for (int64_t e = 0; e < m; ++e) ++start[primary[e] + 1];
+  for (int64_t v = 0; v < n; ++v) start[v + 1] += start[v];
+  std::vector<igraph_integer_t> fill(start, start + n);
+  for (int64_t e = 0; e < m; ++e) out[fill[primary[e]]++] = e;
+  for (int64_t v = 0; v < n; ++v)
+    if (start[v + 1] - start[v] > 1)
+      std::sort(out + start[v], out + start[v + 1], [&](igraph_integer_t a, igraph_integer_t b) {
+        return secondary[a] != secondary[b] ? secondary[a] < secondary[b] : a < b;
+      });
 }
 
 }  // namespace
@@ -185,7 +191,7 @@ void counting_sort(const igraph_integer_t* key, int64_t n_keys, const std::vecto
 // First edges of a graph, written straight into igraph's indexed edge list: from/to, then
 // oi = edges ordered by (from, to), ii = by (to, from), os/is = where each vertex's run starts.
 // This is the structure igraph_add_edges builds (igraph's own functions keep working on it, see
-// the neighbours test), with array counting sorts instead of igraph's linked-list radix sort,
+// the neighbours test), with an array counting sort instead of igraph's linked-list radix sort,
 // which is several times slower on millions of edges. The property cache is invalidated after.
 void KnowledgeGraph::bulk_load_edges(int64_t m, const int64_t* src, const int64_t* dst) {
   const int64_t n = n_nodes();
@@ -199,12 +205,8 @@ void KnowledgeGraph::bulk_load_edges(int64_t m, const int64_t* src, const int64_
   igraph_integer_t* to = VECTOR(graph_.to);
   std::copy(src, src + m, from);
   std::copy(dst, dst + m, to);
-  std::vector<igraph_integer_t> ids(m), by_key(m);
-  std::iota(ids.begin(), ids.end(), 0);
-  counting_sort(to, n, ids, by_key.data(), VECTOR(graph_.is));        // by to
-  counting_sort(from, n, by_key, VECTOR(graph_.oi), VECTOR(graph_.os));  // then by from: (from, to)
-  counting_sort(from, n, ids, by_key.data(), VECTOR(graph_.os));      // by from
-  counting_sort(to, n, by_key, VECTOR(graph_.ii), VECTOR(graph_.is));    // then by to: (to, from)
+  order_edges(from, to, n, m, VECTOR(graph_.oi), VECTOR(graph_.os));
+  order_edges(to, from, n, m, VECTOR(graph_.ii), VECTOR(graph_.is));
   igraph_invalidate_cache(&graph_);
 }
 
