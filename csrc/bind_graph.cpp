@@ -90,7 +90,7 @@ void bind_graph(py::module_& m) {
               const py::object& dense_scores, const py::object& score_offsets, const py::object& score_nodes,
               const py::object& score_values, float threshold, int64_t min_keep, int64_t budget,
               uint64_t node_kind_mask, uint64_t edge_kind_mask, int direction, bool merge_aliases,
-              const py::object& doc_offsets, const py::object& docs, int num_threads) {
+              const py::object& doc_offsets, const py::object& docs, int num_threads, bool with_edges) {
              if (seed_offsets.ndim() != 1 || seed_offsets.shape(0) < 1) throw py::value_error("seed_offsets: expected [n_queries + 1]");
              const int64_t nq = seed_offsets.shape(0) - 1;
              Arr<int64_t> so, sv, doff, dval, spo, spn;
@@ -114,6 +114,7 @@ void bind_graph(py::module_& m) {
              opt.hops = hops, opt.threshold = threshold, opt.min_keep = min_keep, opt.budget = budget;
              opt.node_kind_mask = node_kind_mask, opt.edge_kind_mask = edge_kind_mask;
              opt.direction = static_cast<Direction>(direction), opt.merge_aliases = merge_aliases;
+             opt.with_edges = with_edges;
              Expansion ex;
              {
                py::gil_scoped_release release;
@@ -136,7 +137,7 @@ void bind_graph(py::module_& m) {
            py::arg("score_values") = py::none(), py::arg("threshold") = 0.0f, py::arg("min_keep") = 0,
            py::arg("budget") = -1, py::arg("node_kind_mask") = ~0ull, py::arg("edge_kind_mask") = ~0ull,
            py::arg("direction") = 0, py::arg("merge_aliases") = false, py::arg("doc_offsets") = py::none(),
-           py::arg("docs") = py::none(), py::arg("num_threads") = 1);
+           py::arg("docs") = py::none(), py::arg("num_threads") = 1, py::arg("with_edges") = true);
 }
 
 }  // namespace colgraph

@@ -401,13 +401,18 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       std::iota(order.begin(), order.end(), 0);
       int64_t keep = nc;
       if (scores.present()) {
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        // Only the kept candidates need ordering: split off those that pass, top up with the
+        // best of the rest (nth_element), then sort the kept prefix.
+        auto better = [&](int64_t a, int64_t b) {
           if (cand[a].unit_score != cand[b].unit_score) return cand[a].unit_score > cand[b].unit_score;
           return cand[a].node < cand[b].node;
-        });
-        int64_t passing = 0;
-        for (const Candidate& c : cand) passing += c.unit_score > opt.threshold;
+        };
+        const auto pass_end = std::partition(order.begin(), order.end(),
+                                             [&](int64_t i) { return cand[i].unit_score > opt.threshold; });
+        const int64_t passing = pass_end - order.begin();
         keep = std::max(passing, std::min(opt.min_keep, nc));
+        if (keep > passing) std::nth_element(pass_end, order.begin() + keep - 1, order.end(), better);
+        std::sort(order.begin(), order.begin() + keep, better);
       } else {
         std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cand[a].node < cand[b].node; });
       }
@@ -434,13 +439,35 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       s.reset();
       throw std::invalid_argument("scores: NaN for node " + std::to_string(nan_node) + " in query " + std::to_string(q));
     }
-    // Induced subgraph: every allowed-kind edge whose two ends were reached.
-    for (int64_t u : r.nodes)
-      for (igraph_integer_t k = os[u]; k < os[u + 1]; ++k) {
-        const int64_t e = oi[k];
-        if (s.state[to[e]] == kReached && ((opt.edge_kind_mask >> edge_kind_[e]) & 1u)) r.edges.push_back(e);
+    // Induced subgraph: every allowed-kind edge whose two ends were reached. A node's out-edges
+    // are sorted by target, so for a hub it is cheaper to look each reached node up in its run
+    // (|R| log deg) than to scan the run (deg).
+    if (opt.with_edges) {
+      std::vector<int64_t> reached(r.nodes);
+      std::sort(reached.begin(), reached.end());
+      const double r_size = static_cast<double>(reached.size());
+      auto take = [&](int64_t e) {
+        if ((opt.edge_kind_mask >> edge_kind_[e]) & 1u) r.edges.push_back(e);
+      };
+      for (int64_t u : r.nodes) {
+        const igraph_integer_t lo = os[u], hi = os[u + 1], deg = hi - lo;
+        if (static_cast<double>(deg) > r_size * (1.0 + std::log2(static_cast<double>(deg) + 1.0))) {
+          igraph_integer_t k = lo;
+          for (int64_t v : reached) {
+            igraph_integer_t a = k, b = hi;  // first k in [a, hi) with to[oi[k]] >= v
+            while (a < b) {
+              const igraph_integer_t mid = a + (b - a) / 2;
+              if (to[oi[mid]] < v) a = mid + 1; else b = mid;
+            }
+            for (k = a; k < hi && to[oi[k]] == v; ++k) take(oi[k]);
+          }
+        } else {
+          for (igraph_integer_t k = lo; k < hi; ++k)
+            if (s.state[to[oi[k]]] == kReached) take(oi[k]);
+        }
       }
-    std::sort(r.edges.begin(), r.edges.end());
+      std::sort(r.edges.begin(), r.edges.end());
+    }
     s.reset();
   });
 

@@ -42,6 +42,7 @@ struct ExpandOptions {
   uint64_t edge_kind_mask = ~0ull;
   Direction direction = Direction::Both;
   bool merge_aliases = false;
+  bool with_edges = true;        // also list the induced subgraph's edges
 };
 
 // Per query, concatenated in query order (CSR by node_offsets / edge_offsets).

@@ -344,3 +344,14 @@ def test_igraph_functions_work_on_the_stored_graph(incremental):
         assert core.igraph_neighbors(v, 1).tolist() == sorted(dst[src == v].tolist())
         assert core.igraph_neighbors(v, 2).tolist() == sorted(src[dst == v].tolist())
         assert core.igraph_neighbors(v, 0).tolist() == sorted(dst[src == v].tolist() + src[dst == v].tolist())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_induced_edges_of_a_hub_and_with_edges_off(backend):
+    leaves = 1000
+    src = [0] * leaves + [0, 0, 5]  # hub 0 -> every leaf, two more parallel edges 0 -> 1, and 5 -> 0
+    dst = list(range(1, leaves + 1)) + [1, 1, 0]
+    g = KnowledgeGraph.from_arrays([2] * (leaves + 1), [0] * (leaves + 1), src, dst, backend=backend)
+    r = g.expand([[0, 1, 5]], 0)[0]
+    assert r.edges.tolist() == [0, 4, leaves, leaves + 1, leaves + 2]
+    assert g.expand([[0, 1, 5]], 0, with_edges=False)[0].edges.size == 0

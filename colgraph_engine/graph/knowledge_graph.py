@@ -241,7 +241,7 @@ class KnowledgeGraph:
     def expand(self, seeds, hops: int = 1, *, scores=None, threshold: float = 0.5, min_keep: int = 3,
                node_kinds: Iterable[int] | None = None, edge_kinds: Iterable[int] | None = None,
                docs=None, budget: int | None = None, direction: str = "both", merge_aliases: bool = True,
-               num_threads: int | None = None) -> Expansion:
+               with_edges: bool = True, num_threads: int | None = None) -> Expansion:
         """Batched multi-source BFS from each query's seeds, keeping query-relevant neighbours.
 
         Args:
@@ -256,6 +256,7 @@ class KnowledgeGraph:
             budget: most nodes per query, seeds included (seeds are always kept).
             direction: follow edges ``"out"``, ``"in"`` or ``"both"`` ways.
             merge_aliases: treat each alias group (within the allowed documents) as one node.
+            with_edges: also list the edges of each query's induced subgraph.
             num_threads: worker threads (default: COLGRAPH_NUM_THREADS or torch's count).
 
         Returns:
@@ -276,11 +277,13 @@ class KnowledgeGraph:
             raise ValueError(f"threshold: expected a number, got {threshold!r}")
         if direction not in _DIRECTIONS:
             raise ValueError(f"direction: expected one of {sorted(_DIRECTIONS)}, got {direction!r}")
-        if not isinstance(merge_aliases, bool):
-            raise TypeError(f"merge_aliases: expected a bool, got {type(merge_aliases).__name__}")
+        for flag, value in (("merge_aliases", merge_aliases), ("with_edges", with_edges)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag}: expected a bool, got {type(value).__name__}")
         kw = dict(threshold=float(np.float32(threshold)), min_keep=int(min_keep),
                   budget=-1 if budget is None else int(budget), node_kind_mask=kind_mask(node_kinds),
-                  edge_kind_mask=kind_mask(edge_kinds), direction=_DIRECTIONS[direction], merge_aliases=merge_aliases)
+                  edge_kind_mask=kind_mask(edge_kinds), direction=_DIRECTIONS[direction], merge_aliases=merge_aliases,
+                  with_edges=with_edges)
         kw.update(self._scores_args(scores, nq, n))
         if docs is not None:
             doc_csr = _as_csr(docs, "docs", nq)

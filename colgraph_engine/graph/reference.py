@@ -126,7 +126,7 @@ class ReferenceGraph:
     def expand(self, seed_offsets, seeds, hops, dense_scores=None, score_offsets=None, score_nodes=None,
                score_values=None, threshold=0.0, min_keep=0, budget=-1, node_kind_mask=(1 << 64) - 1,
                edge_kind_mask=(1 << 64) - 1, direction=0, merge_aliases=False, doc_offsets=None, docs=None,
-               num_threads=1):
+               num_threads=1, with_edges=True):
         n = self.n_nodes
         nq = len(seed_offsets) - 1
         if hops < 0:
@@ -156,14 +156,15 @@ class ReferenceGraph:
             else:
                 allowed = node_ok_kind
             results.append(self._expand_one(q, seeds[seed_offsets[q]:seed_offsets[q + 1]], hops, score, threshold,
-                                            min_keep, budget, allowed, edge_ok, direction, merge, idx))
+                                            min_keep, budget, allowed, edge_ok, direction, merge, idx, with_edges))
         return _concatenate(results)
 
     def _group_members(self, v, idx):
         g = self._alias_of[v]
         return idx["members"][idx["g_off"][g]:idx["g_off"][g + 1]]
 
-    def _expand_one(self, q, seeds, hops, score, threshold, min_keep, budget, allowed, edge_ok, direction, merge, idx):
+    def _expand_one(self, q, seeds, hops, score, threshold, min_keep, budget, allowed, edge_ok, direction, merge, idx,
+                    with_edges=True):
         state = np.zeros(self.n_nodes, np.int8)
         rows = []  # (node, hop, seed, parent, parent_edge)
         seed_of = {}
@@ -233,7 +234,7 @@ class ReferenceGraph:
             bad = int(nodes[np.isnan(score[nodes])][0])
             raise ValueError(f"scores: NaN for node {bad} in query {q}")
         reached = state == _REACHED
-        induced = np.nonzero(reached[self._src] & reached[self._dst] & edge_ok)[0]
+        induced = np.nonzero(reached[self._src] & reached[self._dst] & edge_ok)[0] if with_edges else np.zeros(0, np.int64)
         return dict(
             nodes=nodes,
             hop=np.array([r[1] for r in rows], np.int32),
