@@ -30,18 +30,16 @@ struct ExpandScratch {
   std::vector<int64_t> score_touched;
   std::vector<uint8_t> doc_ok;
   std::vector<int64_t> doc_touched;
-  std::vector<int64_t> result_slot;  // node -> index in this query's result (reached nodes)
 
   void ensure(int64_t n, int64_t n_docs) {
     if (static_cast<int64_t>(state.size()) < n) {
       state.assign(n, kUnseen);
       sparse_score.assign(n, -std::numeric_limits<float>::infinity());
-      result_slot.assign(n, -1);
     }
     if (static_cast<int64_t>(doc_ok.size()) < n_docs) doc_ok.assign(n_docs, 0);
   }
   void reset() {
-    for (int64_t v : state_touched) state[v] = kUnseen, result_slot[v] = -1;
+    for (int64_t v : state_touched) state[v] = kUnseen;
     for (int64_t v : score_touched) sparse_score[v] = -std::numeric_limits<float>::infinity();
     for (int64_t d : doc_touched) doc_ok[d] = 0;
     state_touched.clear(), score_touched.clear(), doc_touched.clear();
@@ -86,11 +84,21 @@ struct QueryResult {
   std::vector<int64_t> nodes, seed, parent, parent_edge, edges;
   std::vector<int32_t> hop;
   std::vector<float> score;
+  void reserve(size_t n) {
+    if (n <= nodes.capacity()) return;
+    n = std::max(n, 2 * nodes.capacity());
+    nodes.reserve(n), seed.reserve(n), parent.reserve(n), parent_edge.reserve(n), hop.reserve(n), score.reserve(n);
+  }
+};
+
+struct RankKey {
+  float score;
+  int64_t node, index;
 };
 
 struct Candidate {
   int64_t node, parent, edge, seed;
-  float unit_score;
+  float score, unit_score;  // the node's own, and the best of its alias unit
   int64_t unit_size;
 };
 
@@ -127,6 +135,7 @@ void KnowledgeGraph::add_nodes(int64_t count, const uint8_t* kind, const int64_t
     if (!std::isfinite(weight[i])) throw std::invalid_argument(at("node_weight", i) + ": expected a finite weight");
   }
   std::unique_lock lock(mutex_);
+  if (n_nodes() + count > kInt32Max) throw std::invalid_argument("count: a graph holds at most 2^31 - 1 nodes");
   const int64_t old_n = n_nodes();
   node_kind_.reserve(old_n + count), node_doc_.reserve(old_n + count), alias_of_.reserve(old_n + count);
   if (!node_weight_.empty()) node_weight_.reserve(old_n + count);
@@ -165,6 +174,19 @@ void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t*
   }
   edge_kind_.insert(edge_kind_.end(), kind, kind + count);
   append_weights(edge_weight_, old_m, weight, count);
+  rebuild_neighbours();
+}
+
+void KnowledgeGraph::rebuild_neighbours() {
+  const int64_t n = n_nodes(), m = n_edges();
+  const igraph_integer_t *from = VECTOR(graph_.from), *to = VECTOR(graph_.to), *oi = VECTOR(graph_.oi),
+                         *ii = VECTOR(graph_.ii), *os = VECTOR(graph_.os), *is = VECTOR(graph_.is);
+  neighbours_.resize(2 * m);
+  int32_t* out = neighbours_.data();
+  for (int64_t u = 0; u < n; ++u) {
+    for (igraph_integer_t k = os[u]; k < os[u + 1]; ++k) *out++ = static_cast<int32_t>(to[oi[k]]);
+    for (igraph_integer_t k = is[u]; k < is[u + 1]; ++k) *out++ = static_cast<int32_t>(from[ii[k]]);
+  }
 }
 
 namespace {
@@ -268,7 +290,8 @@ int64_t KnowledgeGraph::memory_bytes() const {
   auto vec = [](const igraph_vector_int_t& v) { return static_cast<int64_t>(igraph_vector_int_capacity(&v) * sizeof(igraph_integer_t)); };
   int64_t bytes = vec(graph_.from) + vec(graph_.to) + vec(graph_.oi) + vec(graph_.ii) + vec(graph_.os) + vec(graph_.is);
   bytes += node_kind_.capacity() + edge_kind_.capacity() + 4 * node_doc_.capacity() + 4 * node_weight_.capacity() +
-           4 * edge_weight_.capacity() + 4 * alias_of_.capacity() + 8 * (group_offsets_.capacity() + group_members_.capacity());
+           4 * edge_weight_.capacity() + 4 * alias_of_.capacity() + 8 * (group_offsets_.capacity() + group_members_.capacity()) +
+           4 * neighbours_.capacity();
   return bytes;
 }
 
@@ -294,6 +317,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
   const igraph_integer_t* os = VECTOR(graph_.os);
   const igraph_integer_t* is = VECTOR(graph_.is);
   const bool use_out = opt.direction != Direction::In, use_in = opt.direction != Direction::Out;
+  const bool all_edge_kinds = opt.edge_kind_mask == ~0ull, all_node_kinds = opt.node_kind_mask == ~0ull;
   const bool merge = opt.merge_aliases && !group_members_.empty();
   const int64_t n_docs = max_doc_ + 1;
   std::vector<QueryResult> results(nq);
@@ -325,105 +349,136 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       return x;
     };
     auto allowed = [&](int64_t v) {
-      return ((opt.node_kind_mask >> node_kind_[v]) & 1u) && (!restrict_docs || s.doc_ok[node_doc_[v]]);
+      return (all_node_kinds || ((opt.node_kind_mask >> node_kind_[v]) & 1u)) && (!restrict_docs || s.doc_ok[node_doc_[v]]);
     };
     auto set_state = [&](int64_t v, uint8_t st) {
       if (s.state[v] == kUnseen) s.state_touched.push_back(v);
       s.state[v] = st;
     };
-    auto admit = [&](int64_t v, int32_t hop, int64_t seed, int64_t parent, int64_t edge) {
+    auto admit = [&](int64_t v, int32_t hop, int64_t seed, int64_t parent, int64_t edge, float score) {
       set_state(v, kReached);
-      s.result_slot[v] = static_cast<int64_t>(r.nodes.size());
       r.nodes.push_back(v), r.hop.push_back(hop), r.seed.push_back(seed);
-      r.parent.push_back(parent), r.parent_edge.push_back(edge), r.score.push_back(score_of(v));
+      r.parent.push_back(parent), r.parent_edge.push_back(edge), r.score.push_back(score);
     };
     // Admits v and, when merging, the allowed members of its alias group that are not yet reached.
-    auto admit_unit = [&](int64_t v, int32_t hop, int64_t seed, int64_t parent, int64_t edge) {
-      admit(v, hop, seed, parent, edge);
+    auto admit_unit = [&](int64_t v, int32_t hop, int64_t seed, int64_t parent, int64_t edge, float score) {
+      admit(v, hop, seed, parent, edge, score);
       if (merge && alias_of_[v] >= 0) {
         const int64_t g = alias_of_[v];
         for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
           const int64_t m = group_members_[k];
-          if (m != v && s.state[m] != kReached && allowed(m)) admit(m, hop, seed, v, -1);
+          if (m != v && s.state[m] != kReached && allowed(m)) admit(m, hop, seed, v, -1, score_of(m));
         }
       }
     };
+    auto edge_ok = [&](int64_t e) { return all_edge_kinds || ((opt.edge_kind_mask >> edge_kind_[e]) & 1u); };
 
     // Hop 0: the seeds, in the order given (repeats and alias siblings of earlier seeds skipped).
     for (int64_t i = seeds.offsets[q]; i < seeds.offsets[q + 1]; ++i) {
       const int64_t v = seeds.values[i];
-      if (s.state[v] != kReached) admit_unit(v, 0, v, -1, -1);
+      if (s.state[v] != kReached) admit_unit(v, 0, v, -1, -1, score_of(v));
     }
     int64_t frontier_begin = 0, frontier_end = static_cast<int64_t>(r.nodes.size());
     std::vector<Candidate> cand;
-    std::vector<int64_t> order;
+    std::vector<RankKey> keys;
+    std::vector<uint8_t> keep_flag;
 
     for (int32_t hop = 1; hop <= opt.hops && frontier_begin < frontier_end; ++hop) {
       cand.clear();
-      // A neighbour's parent is the first frontier node that finds it; among that node's
-      // edges to it (parallel edges, or both directions), the lowest edge id is recorded, so
-      // the result does not depend on how igraph orders tied edges.
-      auto discover = [&](int64_t u, int64_t e, int64_t v) {
-        if (!((opt.edge_kind_mask >> edge_kind_[e]) & 1u)) return;
-        if (s.state[v] == kCandidate) {
-          const int64_t c = s.result_slot[v];
-          if (c >= 0 && cand[c].parent == u && e < cand[c].edge) cand[c].edge = e;
-          return;
-        }
-        if (s.state[v] != kUnseen || !allowed(v)) return;
-        set_state(v, kCandidate);
-        s.result_slot[v] = static_cast<int64_t>(cand.size());
-        Candidate c{v, u, e, r.seed[s.result_slot[u]], score_of(v), 1};
-        if (merge && alias_of_[v] >= 0) {  // the whole alias group rides on its first-found member
-          const int64_t g = alias_of_[v];
-          for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
-            const int64_t m = group_members_[k];
-            if (m == v || s.state[m] != kUnseen || !allowed(m)) continue;
-            set_state(m, kCandidate);
-            ++c.unit_size;
-            c.unit_score = std::fmax(c.unit_score, score_of(m));
+      // Scan: a neighbour becomes a candidate the first time a frontier node reaches it (out-
+      // edges before in-edges); its parent edge is the lowest-id allowed edge of that run, so
+      // the result does not depend on how igraph orders parallel edges. Scores are read in a
+      // separate pass below, where the loads do not wait on one another.
+      for (int64_t f = frontier_begin; f < frontier_end; ++f) {
+        const int64_t u = r.nodes[f], seed_u = r.seed[f];
+        const igraph_integer_t out_deg = os[u + 1] - os[u], in_deg = is[u + 1] - is[u];
+        const int32_t* nb = neighbours_.data() + os[u] + is[u];
+        for (int block = 0; block < 2; ++block) {
+          if (block == 0 ? !use_out : !use_in) continue;
+          const igraph_integer_t* ids = block == 0 ? oi + os[u] : ii + is[u];
+          const int32_t* row = block == 0 ? nb : nb + out_deg;
+          const igraph_integer_t len = block == 0 ? out_deg : in_deg;
+          for (igraph_integer_t j = 0; j < len; ++j) {
+            const int64_t v = row[j];
+            if (s.state[v] != kUnseen) continue;
+            int64_t e = ids[j];
+            if (!edge_ok(e) || !allowed(v)) continue;
+            for (igraph_integer_t k = j + 1; k < len && row[k] == v; ++k)  // parallel edges sit together
+              if (ids[k] < e && edge_ok(ids[k])) e = ids[k];
+            set_state(v, kCandidate);
+            Candidate c{v, u, e, seed_u, kNoScore, kNoScore, 1};
+            if (merge && alias_of_[v] >= 0) {  // the whole alias group rides on its first-found member
+              const int64_t g = alias_of_[v];
+              for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
+                const int64_t m = group_members_[k];
+                if (m == v || s.state[m] != kUnseen || !allowed(m)) continue;
+                set_state(m, kCandidate);
+                ++c.unit_size;
+              }
+            }
+            cand.push_back(c);
           }
         }
-        cand.push_back(c);
-      };
-      for (int64_t f = frontier_begin; f < frontier_end; ++f) {
-        const int64_t u = r.nodes[f];
-        if (use_out)
-          for (igraph_integer_t k = os[u]; k < os[u + 1]; ++k) discover(u, oi[k], to[oi[k]]);
-        if (use_in)
-          for (igraph_integer_t k = is[u]; k < is[u + 1]; ++k) discover(u, ii[k], from[ii[k]]);
+      }
+      const int64_t nc = static_cast<int64_t>(cand.size());
+      if (scores.present()) {
+        for (Candidate& c : cand) c.score = c.unit_score = score_of(c.node);
+        if (merge)
+          for (Candidate& c : cand) {
+            if (alias_of_[c.node] < 0 || c.unit_size == 1) continue;
+            const int64_t g = alias_of_[c.node];
+            for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
+              const int64_t m = group_members_[k];
+              if (m != c.node && s.state[m] == kCandidate && allowed(m)) c.unit_score = std::fmax(c.unit_score, score_of(m));
+            }
+          }
       }
       if (saw_nan) break;
-      // Relevance: best first (score desc, node asc); keep those above the threshold, and at
-      // least min_keep of the best when fewer pass.
-      const int64_t nc = static_cast<int64_t>(cand.size());
-      order.resize(nc);
-      std::iota(order.begin(), order.end(), 0);
-      int64_t keep = nc;
+      // Relevance: keep those with score > threshold, topped up to min_keep with the best of
+      // the rest (score desc, node asc). If the budget cannot hold every kept unit, the best
+      // are taken in rank order up to the first that does not fit, and the search stops.
+      // Kept nodes are admitted in discovery order, so the common case needs no sort at all.
+      keep_flag.assign(nc, scores.present() ? 0 : 1);
+      auto better = [](const RankKey& a, const RankKey& b) {
+        return a.score != b.score ? a.score > b.score : a.node < b.node;
+      };
       if (scores.present()) {
-        // Only the kept candidates need ordering: split off those that pass, top up with the
-        // best of the rest (nth_element), then sort the kept prefix.
-        auto better = [&](int64_t a, int64_t b) {
-          if (cand[a].unit_score != cand[b].unit_score) return cand[a].unit_score > cand[b].unit_score;
-          return cand[a].node < cand[b].node;
-        };
-        const auto pass_end = std::partition(order.begin(), order.end(),
-                                             [&](int64_t i) { return cand[i].unit_score > opt.threshold; });
-        const int64_t passing = pass_end - order.begin();
-        keep = std::max(passing, std::min(opt.min_keep, nc));
-        if (keep > passing) std::nth_element(pass_end, order.begin() + keep - 1, order.end(), better);
-        std::sort(order.begin(), order.begin() + keep, better);
-      } else {
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cand[a].node < cand[b].node; });
+        int64_t passing = 0;
+        for (int64_t i = 0; i < nc; ++i) passing += keep_flag[i] = cand[i].unit_score > opt.threshold;
+        const int64_t top_up = std::min(opt.min_keep, nc) - passing;
+        if (top_up > 0) {
+          keys.clear();
+          for (int64_t i = 0; i < nc; ++i)
+            if (!keep_flag[i]) keys.push_back(RankKey{cand[i].unit_score, cand[i].node, i});
+          std::nth_element(keys.begin(), keys.begin() + top_up - 1, keys.end(), better);
+          for (int64_t i = 0; i < top_up; ++i) keep_flag[keys[i].index] = 1;
+        }
+      }
+      bool full = false;
+      if (opt.budget >= 0) {
+        int64_t kept_size = 0;
+        for (int64_t i = 0; i < nc; ++i) kept_size += keep_flag[i] ? cand[i].unit_size : 0;
+        int64_t room = opt.budget - static_cast<int64_t>(r.nodes.size());
+        if (kept_size > room) {
+          full = true;
+          keys.clear();
+          for (int64_t i = 0; i < nc; ++i)
+            if (keep_flag[i]) keys.push_back(RankKey{cand[i].unit_score, cand[i].node, i}), keep_flag[i] = 0;
+          if (scores.present()) std::sort(keys.begin(), keys.end(), better);  // else: discovery order
+          for (const RankKey& k : keys) {
+            if (cand[k.index].unit_size > room) break;
+            room -= cand[k.index].unit_size;
+            keep_flag[k.index] = 1;
+          }
+        }
       }
       frontier_begin = static_cast<int64_t>(r.nodes.size());
-      bool full = false;
+      r.reserve(r.nodes.size() + nc);
       for (int64_t i = 0; i < nc; ++i) {
-        const Candidate& c = cand[order[i]];
-        if (i < keep && !full && (opt.budget < 0 || static_cast<int64_t>(r.nodes.size()) + c.unit_size <= opt.budget)) {
-          admit_unit(c.node, hop, c.seed, c.parent, c.edge);
+        const Candidate& c = cand[i];
+        if (keep_flag[i]) {
+          admit_unit(c.node, hop, c.seed, c.parent, c.edge, c.score);
         } else {
-          full = full || i < keep;  // budget exhausted: admit nothing further this hop
           set_state(c.node, kDropped);
           if (merge && alias_of_[c.node] >= 0) {
             const int64_t g = alias_of_[c.node];
@@ -447,7 +502,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       std::sort(reached.begin(), reached.end());
       const double r_size = static_cast<double>(reached.size());
       auto take = [&](int64_t e) {
-        if ((opt.edge_kind_mask >> edge_kind_[e]) & 1u) r.edges.push_back(e);
+        if (edge_ok(e)) r.edges.push_back(e);
       };
       for (int64_t u : r.nodes) {
         const igraph_integer_t lo = os[u], hi = os[u + 1], deg = hi - lo;
@@ -462,8 +517,9 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
             for (k = a; k < hi && to[oi[k]] == v; ++k) take(oi[k]);
           }
         } else {
-          for (igraph_integer_t k = lo; k < hi; ++k)
-            if (s.state[to[oi[k]]] == kReached) take(oi[k]);
+          const int32_t* nb = neighbours_.data() + os[u] + is[u];  // out-neighbours, in oi order
+          for (igraph_integer_t j = 0; j < deg; ++j)
+            if (s.state[nb[j]] == kReached) take(oi[lo + j]);
         }
       }
       std::sort(r.edges.begin(), r.edges.end());

@@ -103,6 +103,7 @@ class KnowledgeGraph {
 
  private:
   void bulk_load_edges(int64_t m, const int64_t* src, const int64_t* dst);
+  void rebuild_neighbours();
 
   igraph_t graph_;
   // Columns are as narrow as their ranges allow (memory per edge is a target). A weight column
@@ -111,6 +112,10 @@ class KnowledgeGraph {
   std::vector<int32_t> node_doc_;
   std::vector<float> node_weight_, edge_weight_;
   std::vector<int32_t> alias_of_;                       // [n] group or -1
+  // Traversal snapshot: for each node u, its out-neighbours in igraph's oi order, then its
+  // in-neighbours in ii order, at offset os[u] + is[u]. Scanning it is sequential, where
+  // to[oi[k]] costs a cache miss per edge on a large graph (8 bytes per edge).
+  std::vector<int32_t> neighbours_;
   std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
   int64_t max_doc_ = -1;
   mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive

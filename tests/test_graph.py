@@ -308,10 +308,13 @@ def test_python_igraph_round_trip(backend):
 
 @NATIVE
 def test_memory_per_edge_is_small():
+    """igraph's indexed edge list is 32 bytes per edge (from, to, oi, ii: 64-bit), the edge kind
+    1, the traversal snapshot 8 (two int32 neighbour entries); weights cost nothing while all
+    are 1. Node columns (os, is, kind, document, alias) are about 25 bytes per node."""
     kind, doc, src, dst, ek = random_graph(8, n=20000, m=100000)
     g = KnowledgeGraph.from_arrays(kind, doc, src, dst, edge_kind=ek, backend="native")
-    per_edge = (g.memory_bytes() - 30 * g.n_nodes) / g.n_edges  # nodes: ~25 bytes each
-    assert per_edge <= 40, per_edge
+    per_edge = (g.memory_bytes() - 25 * g.n_nodes) / g.n_edges
+    assert per_edge <= 41.5, per_edge
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -9,7 +9,8 @@ import numpy as np
 @dataclass(frozen=True)
 class QueryExpansion:
     """One query's subgraph. Arrays over reached nodes share one order: hop ascending; within a
-    hop, best score first (node id breaks ties); hop 0 holds the seeds in the order given."""
+    hop, best score first (node id breaks ties), or discovery order without scores; hop 0 holds
+    the seeds in the order given."""
 
     nodes: np.ndarray        # [R] int64 node ids
     hop: np.ndarray          # [R] int32 BFS distance from the nearest seed

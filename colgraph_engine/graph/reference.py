@@ -187,13 +187,13 @@ class ReferenceGraph:
         for hop in range(1, hops + 1):
             if frontier.size == 0:
                 break
-            e, v, u = self._incident(frontier, direction, idx)
+            e, v, u, block = self._incident(frontier, direction, idx)
             ok = edge_ok[e] & (state[v] == _UNSEEN) & allowed[v]
-            e, v, u = e[ok], v[ok], u[ok]
+            e, v, u, block = e[ok], v[ok], u[ok], block[ok]
             unit = np.where(merge & (self._alias_of[v] >= 0), self._alias_of[v], -1 - v) if merge else v
             _, first = np.unique(unit, return_index=True)
             first = np.sort(first)
-            e = self._lowest_edge(e, v, u, first)
+            e = self._lowest_edge(e, v, u, block, first)
             v, u = v[first], u[first]
             sizes = np.ones(v.size, np.int64)
             unit_score = score[v].astype(np.float64) if score is not None else None
@@ -208,20 +208,12 @@ class ReferenceGraph:
                         if score is not None:
                             unit_score[i] = np.nanmax(score[ms])
             self._check_nan(score, v, unit_members, q)
-            if score is not None:
-                order = np.lexsort((v, -unit_score))
-                passing = int((unit_score > threshold).sum())
-                keep = max(passing, min(min_keep, v.size))
-            else:
-                order = np.argsort(v, kind="stable")
-                keep = v.size
+            keep, full = self._select(v, unit_score, sizes, threshold, min_keep, budget, len(rows))
             admitted_from = len(rows)
-            full = False
-            for rank, i in enumerate(order.tolist()):
-                if rank < keep and not full and (budget < 0 or len(rows) + sizes[i] <= budget):
+            for i in range(v.size):
+                if keep[i]:
                     admit_unit(int(v[i]), hop, seed_of[int(u[i])], int(u[i]), int(e[i]))
                 else:
-                    full = full or rank < keep
                     members = unit_members[i] if unit_members[i] is not None else [v[i]]
                     for m in members:
                         if state[m] != _REACHED:
@@ -245,13 +237,41 @@ class ReferenceGraph:
             edges=induced.astype(np.int64),
         )
 
-    def _lowest_edge(self, e, v, u, first):
-        """For each first discovery (u -> v), the lowest id among u's traversed edges to v."""
+    def _lowest_edge(self, e, v, u, block, first):
+        """For each first discovery of v by u, the lowest id among u's allowed edges to v in the
+        block (out- or in-edges) where it was found."""
         n = self.n_nodes
+        key = (u * n + v) * 2 + block
         by_edge = np.argsort(e, kind="stable")
-        keys, at = np.unique((u * n + v)[by_edge], return_index=True)
+        keys, at = np.unique(key[by_edge], return_index=True)
         lowest = e[by_edge][at]
-        return lowest[np.searchsorted(keys, u[first] * n + v[first])]
+        return lowest[np.searchsorted(keys, key[first])]
+
+    @staticmethod
+    def _select(v, unit_score, sizes, threshold, min_keep, budget, n_reached):
+        """``(kept [C] bool, full)``: the relevance rule, then the budget (see the module rules)."""
+        c = v.size
+        if unit_score is None:
+            keep = np.ones(c, bool)
+        else:
+            keep = unit_score > np.float32(threshold)
+            top_up = min(min_keep, c) - int(keep.sum())
+            if top_up > 0:
+                rest = np.nonzero(~keep)[0]
+                keep[rest[np.lexsort((v[rest], -unit_score[rest]))][:top_up]] = True
+        full = False
+        if budget >= 0 and int(sizes[keep].sum()) > budget - n_reached:
+            full, room = True, budget - n_reached
+            kept = np.nonzero(keep)[0]
+            if unit_score is not None:
+                kept = kept[np.lexsort((v[kept], -unit_score[kept]))]
+            keep[:] = False
+            for i in kept.tolist():
+                if sizes[i] > room:
+                    break
+                room -= sizes[i]
+                keep[i] = True
+        return keep, full
 
     @staticmethod
     def _check_nan(score, v, unit_members, q):
@@ -264,7 +284,7 @@ class ReferenceGraph:
                     raise ValueError(f"scores: NaN for node {int(m)} in query {q}")
 
     def _incident(self, frontier, direction, idx):
-        """(edge, other end, frontier node) for every incident edge, in the traversal order."""
+        """(edge, other end, frontier node, block: 0 out / 1 in) per incident edge, in traversal order."""
         parts = []
         if direction != 2:  # out-edges
             pos, owner = _ranges(idx["os"][frontier], idx["os"][frontier + 1])
@@ -279,7 +299,7 @@ class ReferenceGraph:
         e = np.concatenate([p[1] for p in parts])[order]
         v = np.concatenate([p[2] for p in parts])[order]
         u = frontier[key[order] // 2]
-        return e, v, u
+        return e, v, u, key[order] % 2
 
 
 def _concatenate(results):
