@@ -1,0 +1,462 @@
+"""Graph expansion report: our batched BFS vs scipy CSR, python-igraph and NetworkX, same inputs.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/graph_report.py                    # 1M nodes / 5M edges, 64 queries
+    .venv/bin/python benchmarks/graph_report.py --nodes 200000 --edges 1000000 --skip-networkx
+
+Graph: ``--nodes`` nodes, ``--edges`` directed edges whose endpoints are drawn with probability
+``∝ (rank + 1) ** -alpha`` (hubs; see ``_graph_impls.power_law_graph``), node kinds 0..5 and
+documents 0..999 uniform. Queries: ``--queries`` x ``--seeds`` distinct uniform seeds, scores
+``[Nq, n]`` float32 uniform in [0, 1), threshold 0.7 (30% of nodes pass), ``min_keep = 0`` so
+every implementation applies the same rule (see ``_graph_impls``).
+
+Rows, for each depth l in ``--hops``:
+
+* filtered: scipy CSR frontier expansion (the baseline), ours native batched (all queries in
+  one call, default threads), ours native one query per call, ours numpy reference backend,
+  NetworkX Python BFS (on the first ``--slow-queries`` queries);
+* unfiltered: scipy CSR (baseline), ours native batched with ``scores=None``, python-igraph
+  ``Graph.neighborhood(seeds, order=l, mode='all')`` (which cannot filter per hop).
+
+Before anything is timed, the reached node set of every query is checked: ours native equals
+scipy (filtered) and python-igraph (unfiltered); every other row equals ours. A mismatch prints
+the difference and exits with status 1. Each row is then timed ``--repeats`` times (fewer when
+one call exceeds ``--max-row-s``); the median per query is reported, speedup = scipy ms / row
+ms. Note ours also returns hop, seed, parent, parent edge, score and the induced edges, which no
+peer computes.
+
+Writes ``results/graph_expand.md``, ``.json`` and ``.png`` beside this file (or under ``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _graph_impls beside us
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import _graph_impls as gi  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+BASELINE = "scipy CSR frontier"
+NO_EDGES = "ours native batched, with_edges=False"
+FILTERED_ROWS = (BASELINE, "ours native batched", NO_EDGES, "ours native 1 query/call", "ours reference (numpy)",
+                 "NetworkX Python BFS")
+UNFILTERED_ROWS = (BASELINE, "ours native batched", NO_EDGES, "python-igraph neighborhood")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--edges", type=int, default=5_000_000)
+    p.add_argument("--queries", type=int, default=64)
+    p.add_argument("--seeds", type=int, default=10, help="seeds per query")
+    p.add_argument("--alpha", type=float, default=0.8, help="power-law exponent of endpoint choice")
+    p.add_argument("--hops", default="1,2,3", help="comma-separated BFS depths l")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per row (median reported)")
+    p.add_argument("--max-row-s", type=float, default=20.0, help="stop repeating a row once a call took this long")
+    p.add_argument("--slow-queries", type=int, default=8, help="queries run by the NetworkX row")
+    p.add_argument("--skip-networkx", action="store_true", help="skip the NetworkX build and row")
+    p.add_argument("--skip-reference", action="store_true", help="skip the numpy reference backend row")
+    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    return p.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------------------
+# Measuring
+# ------------------------------------------------------------------------------------------
+
+def rss() -> int:
+    """Resident set size of this process in bytes."""
+    import psutil
+    return psutil.Process().memory_info().rss
+
+
+def release_free_memory() -> None:
+    """GC, then glibc ``malloc_trim(0)`` so freed heap pages leave the RSS (no-op elsewhere).
+    Python's small-object arenas are not trimmed: RSS deltas of structures built from Python
+    ints (python-igraph's edge list, NetworkX) keep some of that overhead."""
+    gc.collect()
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def measured_build(fn):
+    """``(obj, seconds, rss_delta_bytes)`` of ``obj = fn()``, freed temporaries released on
+    both sides (:func:`release_free_memory`) so only what the structure keeps is counted."""
+    release_free_memory()
+    before = rss()
+    t0 = time.perf_counter()
+    obj = fn()
+    secs = time.perf_counter() - t0
+    release_free_memory()
+    return obj, secs, rss() - before
+
+
+def time_calls(fn, repeats: int, max_s: float) -> list[float]:
+    """Seconds of up to `repeats` calls of `fn` (already warmed by the correctness pass); stops
+    early after a call longer than `max_s` so slow peers do not dominate the runtime."""
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+        if out[-1] > max_s:
+            break
+    return out
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict:
+    """CPU, cores, load, library versions and the thread count our batched call uses."""
+    import colgraph_engine as cg
+    from colgraph_engine.ops._native_impl import num_threads
+    from _impls import cpu_model
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": version("scipy"),
+        "python-igraph": version("igraph"),
+        "networkx": version("networkx"),
+        "colgraph_engine": cg.__version__,
+        "igraph_c_in_colgraph": cg.backends().get("igraph_version"),
+        "colgraph_num_threads": num_threads(),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Build
+# ------------------------------------------------------------------------------------------
+
+def build_all(g: gi.GraphArrays, skip_reference: bool, skip_networkx: bool) -> tuple[dict, list[dict]]:
+    """Builds every structure from the same arrays; ``(structures, build rows)``."""
+    # Imported up front so that module code is not counted as graph memory.
+    import igraph  # noqa: F401
+    import scipy.sparse  # noqa: F401
+    if not skip_networkx:
+        import networkx  # noqa: F401
+    built, rows = {}, []
+    steps = [("ours native", lambda: gi.ours_graph(g, "native")),
+             ("scipy CSR (symmetric)", lambda: gi.symmetric_csr(g)),
+             ("python-igraph Graph(n, edges)", lambda: gi.igraph_graph(g))]
+    if not skip_reference:
+        steps.append(("ours reference (numpy)", lambda: gi.ours_graph(g, "reference")))
+    for name, fn in tqdm(steps, desc="build", unit="graph"):
+        obj, secs, delta = measured_build(fn)
+        built[name] = obj
+        row = {"structure": name, "build_s": secs, "rss_delta_bytes": delta, "rss_bytes_per_edge": delta / g.m}
+        if name == "ours native":
+            row["memory_bytes"] = obj.memory_bytes()
+            row["bytes_per_edge"] = obj.memory_bytes() / g.m
+        elif name.startswith("scipy"):
+            row["bytes_per_edge"] = gi.csr_nbytes(obj) / g.m
+            row["nnz"] = int(obj.nnz)
+        rows.append(row)
+    return built, rows
+
+
+# ------------------------------------------------------------------------------------------
+# Rows
+# ------------------------------------------------------------------------------------------
+
+def fail(msg: str) -> None:
+    print(f"CORRECTNESS FAILURE: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def row_fns(built: dict, q: gi.Queries, hops: int, skip_reference: bool) -> dict:
+    """``{(mode, row name): fn}``: the timed calls. Each returns its native result (our
+    Expansion, or a list of them; the peers' per-query ``[R]`` arrays) so that a row pays only
+    for its own work; :func:`reached_sets` turns it into sets for the check."""
+    kg, sc = built["ours native"], gi.ScipyExpander(built["scipy CSR (symmetric)"])
+    ig_graph = built["python-igraph Graph(n, edges)"]
+    fns = {
+        ("filtered", BASELINE): lambda: sc.expand(q, hops),
+        ("filtered", "ours native batched"): lambda: gi.ours_batched(kg, q, hops),
+        ("filtered", "ours native 1 query/call"): lambda: gi.ours_per_query(kg, q, hops),
+        ("unfiltered", BASELINE): lambda: sc.expand(q, hops, filtered=False),
+        ("unfiltered", "ours native batched"): lambda: gi.ours_batched(kg, q, hops, filtered=False),
+        ("unfiltered", "python-igraph neighborhood"): lambda: gi.igraph_expand(ig_graph, q, hops),
+    }
+    if gi.supports_with_edges():  # the node set alone, like the peers return
+        fns[("filtered", NO_EDGES)] = lambda: gi.ours_batched(kg, q, hops, with_edges=False)
+        fns[("unfiltered", NO_EDGES)] = lambda: gi.ours_batched(kg, q, hops, filtered=False, with_edges=False)
+    if not skip_reference:
+        ref = built["ours reference (numpy)"]
+        fns[("filtered", "ours reference (numpy)")] = lambda: gi.ours_batched(ref, q, hops)
+    return fns
+
+
+def reached_sets(raw) -> list[np.ndarray]:
+    """Per query ``[R]`` reached ids from a row's result (Expansion, list of Expansion, list of arrays)."""
+    if hasattr(raw, "node_offsets"):
+        return gi.expansion_sets(raw)
+    if raw and hasattr(raw[0], "node_offsets"):
+        return [gi.expansion_sets(e)[0] for e in raw]
+    return raw
+
+
+# Which row each row is checked against (the two anchors are checked against the peers, as the brief asks).
+CHECK_AGAINST = {
+    ("filtered", "ours native batched"): ("filtered", BASELINE),
+    ("filtered", "ours native 1 query/call"): ("filtered", "ours native batched"),
+    ("filtered", "ours reference (numpy)"): ("filtered", "ours native batched"),
+    ("unfiltered", "ours native batched"): ("unfiltered", "python-igraph neighborhood"),
+    ("unfiltered", BASELINE): ("unfiltered", "ours native batched"),
+    ("filtered", NO_EDGES): ("filtered", "ours native batched"),
+    ("unfiltered", NO_EDGES): ("unfiltered", "ours native batched"),
+}
+
+
+def check_depth(fns: dict, hops: int) -> dict:
+    """Runs every row once (also its warmup) and checks the reached sets; exits 1 on mismatch.
+    The reference Expansion must also equal native array for array (order, parents, scores,
+    induced edges). Returns ``{(mode, row): raw result}``."""
+    raw = {key: fn() for key, fn in tqdm(fns.items(), desc=f"l={hops} check", unit="row", leave=False)}
+    for key, want in CHECK_AGAINST.items():
+        if key in raw and want in raw:
+            try:
+                gi.check_same_sets(f"{key[1]} ({key[0]})", reached_sets(raw[key]), reached_sets(raw[want]),
+                                   f"{want[1]} ({want[0]})")
+            except gi.CorrectnessError as exc:
+                fail(f"l={hops}: {exc}")
+    ref = raw.get(("filtered", "ours reference (numpy)"))
+    if ref is not None and not ref.equals(raw[("filtered", "ours native batched")]):
+        fail(f"l={hops}: reference Expansion differs from native")
+    return raw
+
+
+def run_depth(built: dict, q: gi.Queries, hops: int, args) -> list[dict]:
+    """Checks then times every row at depth `hops`."""
+    fns = row_fns(built, q, hops, args.skip_reference)
+    raw = check_depth(fns, hops)
+    induced = {mode: float(np.diff(raw[(mode, "ours native batched")].edge_offsets).mean())
+               for mode in ("filtered", "unfiltered")}
+    rows = []
+    for (mode, name), fn in tqdm(fns.items(), desc=f"l={hops} time", unit="row", leave=False):
+        secs = time_calls(fn, args.repeats, args.max_row_s)
+        reached = [len(s) for s in reached_sets(raw[(mode, name)])]
+        rows.append({"mode": mode, "impl": name, "hops": hops, "queries": q.nq, "rounds": len(secs),
+                     "ms_per_query": statistics.median(secs) * 1e3 / q.nq,
+                     "ms_per_query_min": min(secs) * 1e3 / q.nq, "s_all": secs,
+                     "reached_mean": float(np.mean(reached)), "reached_max": int(np.max(reached)),
+                     "induced_edges_mean_ours": induced[mode]})
+    del raw
+    return rows
+
+
+def run_networkx(g: gi.GraphArrays, q: gi.Queries, built: dict, hops_list: list[int], args) -> tuple[dict, list[dict]]:
+    """Builds the nx.Graph (build time, RSS bytes/edge), then checks and times the filtered
+    Python BFS on the first ``--slow-queries`` queries; frees the graph after."""
+    G, secs, delta = measured_build(lambda: gi.networkx_graph(g))
+    build_row = {"structure": "NetworkX nx.Graph", "build_s": secs, "rss_delta_bytes": delta,
+                 "rss_bytes_per_edge": delta / g.m}
+    k = min(args.slow_queries, q.nq)
+    seeds, scores = gi.networkx_inputs(q, k)
+    sc = gi.ScipyExpander(built["scipy CSR (symmetric)"])
+    rows = []
+    for hops in tqdm(hops_list, desc="NetworkX", unit="depth"):
+        fn = lambda: gi.networkx_expand(G, seeds, scores, hops, q.threshold)  # noqa: E731
+        t0 = time.perf_counter()
+        got = fn()  # the check pass is one timed round too: slow rows get few
+        first = time.perf_counter() - t0
+        try:
+            gi.check_same_sets("NetworkX (filtered)", got, sc.expand(q, hops, nq=k), f"{BASELINE} (filtered)")
+        except gi.CorrectnessError as exc:
+            fail(f"l={hops}: {exc}")
+        more = time_calls(fn, args.repeats - 1, args.max_row_s) if first < args.max_row_s else []
+        s_all = [first, *more]
+        rows.append({"mode": "filtered", "impl": "NetworkX Python BFS", "hops": hops, "queries": k,
+                     "rounds": len(s_all), "ms_per_query": statistics.median(s_all) * 1e3 / k,
+                     "ms_per_query_min": min(s_all) * 1e3 / k, "s_all": s_all,
+                     "reached_mean": float(np.mean([len(x) for x in got])),
+                     "reached_max": int(max(len(x) for x in got))})
+    del G
+    gc.collect()
+    return build_row, rows
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """``speedup_vs_scipy = scipy ms/query / row ms/query`` within the same mode and depth."""
+    base = {(r["mode"], r["hops"]): r["ms_per_query"] for r in rows if r["impl"] == BASELINE}
+    for r in rows:
+        r["speedup_vs_scipy"] = base[(r["mode"], r["hops"])] / r["ms_per_query"]
+
+
+# ------------------------------------------------------------------------------------------
+# Output
+# ------------------------------------------------------------------------------------------
+
+def _fmt_ms(ms: float) -> str:
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def timing_table(rows: list[dict], hops_list: list[int]) -> list[str]:
+    """Wide table: one line per (mode, implementation), ``ms/query (speedup)`` per depth."""
+    head = "| mode | implementation | queries timed | " + " | ".join(f"l={h} ms/query (× scipy)" for h in hops_list) + " |"
+    lines = [head, "|---|---|---:|" + "---:|" * len(hops_list)]
+    by = {(r["mode"], r["impl"], r["hops"]): r for r in rows}
+    for mode, names in (("filtered", FILTERED_ROWS), ("unfiltered", UNFILTERED_ROWS)):
+        for name in names:
+            cells = [by.get((mode, name, h)) for h in hops_list]
+            if not any(cells):
+                continue
+            nq = next(c["queries"] for c in cells if c)
+            txt = [f"{_fmt_ms(c['ms_per_query'])} ({c['speedup_vs_scipy']:.2f}×)" if c else "—" for c in cells]
+            lines.append(f"| {mode} | {name} | {nq} | " + " | ".join(txt) + " |")
+    return lines
+
+
+def reach_table(rows: list[dict], hops_list: list[int]) -> list[str]:
+    """Mean reached nodes (and our induced edges) per query, per mode and depth."""
+    lines = ["| mode | " + " | ".join(f"l={h} nodes (max) / induced edges" for h in hops_list) + " |",
+             "|---|" + "---:|" * len(hops_list)]
+    for mode in ("filtered", "unfiltered"):
+        cells = []
+        for h in hops_list:
+            r = next(r for r in rows if r["mode"] == mode and r["hops"] == h and r["impl"] == "ours native batched")
+            cells.append(f"{r['reached_mean']:,.0f} ({r['reached_max']:,}) / {r['induced_edges_mean_ours']:,.0f}")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def build_table(build_rows: list[dict]) -> list[str]:
+    lines = ["| structure | build s | bytes/edge (arrays) | bytes/edge (RSS delta) |", "|---|---:|---:|---:|"]
+    for b in build_rows:
+        arr = f"{b['bytes_per_edge']:.1f}" if "bytes_per_edge" in b else "—"
+        lines.append(f"| {b['structure']} | {b['build_s']:.2f} | {arr} | {b['rss_bytes_per_edge']:.1f} |")
+    return lines
+
+
+def to_markdown(res: dict) -> str:
+    info, cfg, hops_list = res["machine"], res["config"], res["config"]["hops"]
+    deg = res["degree"]
+    lines = [
+        f"# Graph expansion benchmark ({res['stamp']})", "",
+        f"- CPU: {info['cpu_model']} ({info['cpu_count']} logical cores, {info['cpus_usable']} usable); "
+        f"load average at start {info['loadavg_start'][0]:.2f}, at end {info['loadavg_end'][0]:.2f}",
+        f"- python {info['python']}, numpy {info['numpy']}, scipy {info['scipy']}, python-igraph "
+        f"{info['python-igraph']}, networkx {info['networkx']}; colgraph_engine {info['colgraph_engine']} "
+        f"(igraph C {info['igraph_c_in_colgraph']}, {info['colgraph_num_threads']} threads)",
+        f"- graph: {cfg['nodes']:,} nodes, {cfg['edges']:,} directed edges, endpoints ∝ (rank+1)^-{cfg['alpha']}; "
+        f"undirected degree max {deg['max']:,}, mean {deg['mean']:.1f}, median {deg['median']:.0f}, "
+        f"p99 {deg['p99']:.0f}, isolated {deg['isolated_share']:.1%}",
+        f"- queries: {cfg['queries']} × {cfg['seeds']} seeds; scores uniform [0, 1) float32, keep score > "
+        f"{cfg['threshold']} (30% pass), min_keep = 0, direction both",
+        f"- command: `{cfg['command']}`; total runtime {res['total_s']:.0f} s", "",
+        "## Expansion time", "",
+        "Median of up to "
+        f"{cfg['repeats']} calls after a checked warmup call; ms per query = call time / queries. "
+        "Speedup = scipy ms / row ms in the same mode and depth (> 1: faster than scipy). "
+        "Batched = all queries in one call; 1 query/call = a Python loop of single-query calls. "
+        "Ours returns per node hop, seed, parent, parent edge and score plus (by default) the "
+        "induced edges; the peers return only the node set (`with_edges=False` skips our edges). python-igraph cannot filter per hop, so it is "
+        "compared unfiltered. Every row's node sets were checked equal before timing.", "",
+        *timing_table(res["rows"], hops_list), "",
+        "## Reached per query (mean, max over queries)", "",
+        *reach_table(res["rows"], hops_list), "",
+        "## Build and memory", "",
+        "Build from the int64 edge arrays already in memory (python-igraph's time includes the "
+        "`.tolist()` it needs). bytes/edge (arrays): ours `memory_bytes()` / m; scipy "
+        "data + indices + indptr (float32 data, int32 indices, both directions, multi-edges merged) / m. "
+        "RSS delta: process resident memory after − before the build (GC'd) / m, m = "
+        f"{cfg['edges']:,}.", "",
+        *build_table(res["builds"]), "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    """Two panels (filtered, unfiltered): grouped bars per depth l, log-scale ms per query."""
+    import matplotlib
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    hops_list = res["config"]["hops"]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [5, 3]})
+    for ax, (mode, names) in zip(axes, (("filtered", FILTERED_ROWS), ("unfiltered", UNFILTERED_ROWS))):
+        ms = {(r["impl"], r["hops"]): r["ms_per_query"] for r in res["rows"] if r["mode"] == mode}
+        names = [n for n in names if any((n, h) in ms for h in hops_list)]
+        width = 0.8 / len(names)
+        for j, name in enumerate(names):
+            xs = [i + (j - (len(names) - 1) / 2) * width for i, h in enumerate(hops_list) if (name, h) in ms]
+            ys = [ms[(name, h)] for h in hops_list if (name, h) in ms]
+            bars = ax.bar(xs, ys, width, label=name)
+            ax.bar_label(bars, labels=[_fmt_ms(y) for y in ys], fontsize=7, rotation=90, padding=2)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(hops_list)), [f"l = {h}" for h in hops_list])
+        ax.set_ylabel("ms per query (log)")
+        ax.set_title(f"{mode} expansion")
+        ax.margins(y=0.25)
+        ax.legend(fontsize=8, loc="upper left")
+    cfg, info = res["config"], res["machine"]
+    fig.suptitle(f"Graph expansion, {cfg['nodes']:,} nodes / {cfg['edges']:,} edges, {cfg['queries']} queries × "
+                 f"{cfg['seeds']} seeds — {info['cpu_model']}, {info['cpus_usable']} cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t_start = time.perf_counter()
+    hops_list = [int(h) for h in args.hops.split(",")]
+    info = machine_info()
+    print(f"generating {args.nodes:,} nodes / {args.edges:,} edges ...", flush=True)
+    g = gi.power_law_graph(args.nodes, args.edges, args.alpha)
+    q = gi.make_queries(g.n, args.queries, args.seeds)
+    degree = gi.degree_stats(g)
+    built, builds = build_all(g, args.skip_reference, args.skip_networkx)
+    rows = []
+    for hops in tqdm(hops_list, desc="depths", unit="l"):
+        rows += run_depth(built, q, hops, args)
+    if not args.skip_networkx:
+        nx_build, nx_rows = run_networkx(g, q, built, hops_list, args)
+        builds.append(nx_build)
+        rows += nx_rows
+    add_speedups(rows)
+    info["loadavg_end"] = os.getloadavg()
+    cfg = {"nodes": g.n, "edges": g.m, "alpha": args.alpha, "queries": q.nq, "seeds": args.seeds,
+           "threshold": float(q.threshold), "hops": hops_list, "repeats": args.repeats,
+           "slow_queries": args.slow_queries, "command": " ".join([".venv/bin/python benchmarks/graph_report.py", *sys.argv[1:]])}
+    res = {"stamp": datetime.datetime.now().isoformat(timespec="seconds"), "machine": info, "config": cfg,
+           "degree": degree, "builds": builds, "rows": rows, "total_s": time.perf_counter() - t_start}
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = to_markdown(res)
+    (args.out / "graph_expand.md").write_text(md)
+    (args.out / "graph_expand.json").write_text(json.dumps(res, indent=1))
+    plot(res, args.out / "graph_expand.png")
+    print(md)
+    print(f"wrote {args.out / 'graph_expand.md'}, .json, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
