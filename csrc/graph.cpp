@@ -310,7 +310,6 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       if (std::isnan(scores.sparse_values[i])) throw std::invalid_argument(at("score_values", i) + ": expected a number, got NaN");
     }
 
-  const igraph_integer_t* from = VECTOR(graph_.from);
   const igraph_integer_t* to = VECTOR(graph_.to);
   const igraph_integer_t* oi = VECTOR(graph_.oi);
   const igraph_integer_t* ii = VECTOR(graph_.ii);

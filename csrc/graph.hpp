@@ -3,9 +3,10 @@
 //
 // Storage: one directed igraph_t holds the topology (edge e runs from[e] -> to[e]); node
 // kind/document/weight and edge kind/weight live beside it in columnar vectors indexed by
-// igraph's vertex and edge ids. Expansion reads igraph's own index vectors (from, to, oi, ii,
-// os, is) directly as a read-only CSR snapshot: no copy of the adjacency, and no igraph call
-// while worker threads run (Debian's igraph is built without thread-local error state).
+// igraph's vertex and edge ids. Expansion reads igraph's index vectors (oi, ii, os, is) plus
+// an int32 neighbour snapshot laid out along them (see neighbours_), all read-only while
+// worker threads run, and calls no igraph function there (Debian's igraph is built without
+// thread-local error state).
 #pragma once
 
 #include <igraph.h>
