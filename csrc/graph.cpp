@@ -21,9 +21,41 @@ std::string at(const char* what, int64_t i) { return std::string(what) + "[" + s
 
 }  // namespace
 
+struct QueryResult {
+  std::vector<int64_t> nodes, seed, parent, parent_edge, edges;
+  std::vector<int32_t> hop;
+  std::vector<float> score;
+  void clear() {
+    nodes.clear(), seed.clear(), parent.clear(), parent_edge.clear(), edges.clear(), hop.clear(), score.clear();
+  }
+  void reserve(size_t n) {
+    if (n <= nodes.capacity()) return;
+    n = std::max(n, 2 * nodes.capacity());
+    nodes.reserve(n), seed.reserve(n), parent.reserve(n), parent_edge.reserve(n), hop.reserve(n), score.reserve(n);
+  }
+};
+
+struct RankKey {
+  float score;
+  int64_t node, index;
+};
+
+struct Candidate {
+  int64_t node, parent, edge, seed;
+  float score, unit_score;  // the node's own, and the best of its alias unit
+  int64_t unit_size;
+};
+
 // Per-thread working memory, sized to the graph on first use and reset through "touched"
-// lists, so a query costs O(nodes it touches), not O(graph).
+// lists, so a query costs O(nodes it touches), not O(graph). The growing buffers (candidates,
+// ranking keys, the result being built) are kept between queries and calls: fresh pages cost
+// more than the traversal on small frontiers.
 struct ExpandScratch {
+  std::vector<Candidate> cand;
+  std::vector<RankKey> keys;
+  std::vector<uint8_t> keep_flag;
+  std::vector<int64_t> reached;
+  QueryResult staging;
   std::vector<uint8_t> state;
   std::vector<int64_t> state_touched;
   std::vector<float> sparse_score;
@@ -78,28 +110,6 @@ struct ScratchLease {
       pool->release(std::move(scratch));
     }
   }
-};
-
-struct QueryResult {
-  std::vector<int64_t> nodes, seed, parent, parent_edge, edges;
-  std::vector<int32_t> hop;
-  std::vector<float> score;
-  void reserve(size_t n) {
-    if (n <= nodes.capacity()) return;
-    n = std::max(n, 2 * nodes.capacity());
-    nodes.reserve(n), seed.reserve(n), parent.reserve(n), parent_edge.reserve(n), hop.reserve(n), score.reserve(n);
-  }
-};
-
-struct RankKey {
-  float score;
-  int64_t node, index;
-};
-
-struct Candidate {
-  int64_t node, parent, edge, seed;
-  float score, unit_score;  // the node's own, and the best of its alias unit
-  int64_t unit_size;
 };
 
 // Appends `count` weights to a lazily materialised column holding `old_count` entries.
@@ -324,7 +334,8 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
   parallel_tasks<ScratchLease>(nq, num_threads, [&](int64_t q, ScratchLease& lease) {
     ExpandScratch& s = lease.get(scratch_pool_);
     s.ensure(n, n_docs);
-    QueryResult& r = results[q];
+    QueryResult& r = s.staging;
+    r.clear();
     const bool restrict_docs = docs.offsets != nullptr;
     if (restrict_docs)
       for (int64_t i = docs.offsets[q]; i < docs.offsets[q + 1]; ++i) {
@@ -378,9 +389,9 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       if (s.state[v] != kReached) admit_unit(v, 0, v, -1, -1, score_of(v));
     }
     int64_t frontier_begin = 0, frontier_end = static_cast<int64_t>(r.nodes.size());
-    std::vector<Candidate> cand;
-    std::vector<RankKey> keys;
-    std::vector<uint8_t> keep_flag;
+    std::vector<Candidate>& cand = s.cand;
+    std::vector<RankKey>& keys = s.keys;
+    std::vector<uint8_t>& keep_flag = s.keep_flag;
 
     for (int32_t hop = 1; hop <= opt.hops && frontier_begin < frontier_end; ++hop) {
       cand.clear();
@@ -497,7 +508,8 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
     // are sorted by target, so for a hub it is cheaper to look each reached node up in its run
     // (|R| log deg) than to scan the run (deg).
     if (opt.with_edges) {
-      std::vector<int64_t> reached(r.nodes);
+      std::vector<int64_t>& reached = s.reached;
+      reached.assign(r.nodes.begin(), r.nodes.end());
       std::sort(reached.begin(), reached.end());
       const double r_size = static_cast<double>(reached.size());
       auto take = [&](int64_t e) {
@@ -523,6 +535,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       }
       std::sort(r.edges.begin(), r.edges.end());
     }
+    results[q] = r;  // exact-size copy; the staging buffers stay with the thread
     s.reset();
   });
 
