@@ -265,6 +265,16 @@ def _looks_numeric(field: str) -> bool:
     return True
 
 
+def _records_by_line(col, body: str):
+    """Yields ``(position, stripped line, line without a leading bullet)`` for non-blank lines."""
+    offset = 0
+    for line in body.splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
+        raw = line.strip()
+        if raw:
+            yield col.pos(start + len(line) - len(line.lstrip())), raw, _BULLET.sub("", raw, count=1)
+
+
 # --------------------------------------------------------------------------------------------
 # LightRAG current line format
 
@@ -273,14 +283,8 @@ def _parse_lightrag(text: str, strict: bool, dialect: str) -> ParseResult:
     col = _Collector(text, strict)
     body, complete = _cut_at_completion(col, _blank_fences(text))
     rows = []  # (pos, raw, kind, fields, odd delimiters)
-    offset = 0
-    for line in body.splitlines(keepends=True):
-        start, offset = offset, offset + len(line)
-        raw = line.strip()
-        if not raw:
-            continue
-        pos = col.pos(start + len(line) - len(line.lstrip()))
-        fields, odd = _split_fields(_BULLET.sub("", raw, count=1), CURRENT_DELIMITER)
+    for pos, raw, content in _records_by_line(col, body):
+        fields, odd = _split_fields(content, CURRENT_DELIMITER)
         kind = _kind(fields[0])
         if len(fields) == 1:
             if kind.split("<")[0].split(":")[0] in ("entity", "relation", "relationship"):
@@ -518,14 +522,7 @@ def _parse_scene_graph(text: str, strict: bool, dialect: str) -> ParseResult:
     body = _blank_fences(text)
     objects: dict[int, SceneObject] = {}
     pending: list[tuple[Position, str, int, int, str, int]] = []
-    offset = 0
-    for line in body.splitlines(keepends=True):
-        start, offset = offset, offset + len(line)
-        raw = line.strip()
-        if not raw:
-            continue
-        pos = col.pos(start + len(line) - len(line.lstrip()))
-        content = _BULLET.sub("", raw, count=1)
+    for pos, raw, content in _records_by_line(col, body):
         head = content.lower().replace(" ", "")
         if head.startswith("<object"):
             _scene_object(col, pos, raw, content, objects)
