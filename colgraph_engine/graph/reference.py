@@ -137,103 +137,139 @@ class ReferenceGraph:
             bad = int(seeds[(seeds < 0) | (seeds >= n)][0])
             raise ValueError(f"seeds: {bad}: expected a node id in [0, {n})")
         idx = self._csr()
-        node_ok_kind = ((np.uint64(node_kind_mask) >> self._node_kind.astype(np.uint64)) & np.uint64(1)).astype(bool)
         edge_ok = ((np.uint64(edge_kind_mask) >> self._edge_kind.astype(np.uint64)) & np.uint64(1)).astype(bool)
         merge = bool(merge_aliases) and idx["members"].size > 0
+        kind_ok = ((np.uint64(node_kind_mask) >> self._node_kind.astype(np.uint64)) & np.uint64(1)).astype(bool)
+        state = np.zeros(n, np.int8)  # shared by the queries, reset after each: O(touched) per query
         results = []
         for q in range(nq):
-            if dense_scores is not None:
-                score = np.asarray(dense_scores[q], np.float32)
-            elif score_offsets is not None:
-                score = np.full(n, -np.inf, np.float32)
-                lo, hi = score_offsets[q], score_offsets[q + 1]
-                score[score_nodes[lo:hi]] = score_values[lo:hi]
-            else:
-                score = None
+            score_of = self._score_lookup(q, dense_scores, score_offsets, score_nodes, score_values)
             if docs is not None:
-                doc_ok = np.isin(self._node_doc, docs[doc_offsets[q]:doc_offsets[q + 1]])
-                allowed = node_ok_kind & doc_ok
+                allowed_docs = np.asarray(docs[doc_offsets[q]:doc_offsets[q + 1]])
+                allowed = lambda nodes, d=allowed_docs: kind_ok[nodes] & np.isin(self._node_doc[nodes], d)  # noqa: E731
             else:
-                allowed = node_ok_kind
-            results.append(self._expand_one(q, seeds[seed_offsets[q]:seed_offsets[q + 1]], hops, score, threshold,
-                                            min_keep, budget, allowed, edge_ok, direction, merge, idx, with_edges))
+                allowed = lambda nodes: kind_ok[nodes]  # noqa: E731
+            results.append(self._expand_one(q, seeds[seed_offsets[q]:seed_offsets[q + 1]], hops, score_of, threshold,
+                                            min_keep, budget, allowed, edge_ok, direction, merge, idx, with_edges,
+                                            state))
         return _concatenate(results)
+
+    @staticmethod
+    def _score_lookup(q, dense_scores, score_offsets, score_nodes, score_values):
+        """``nodes [k] -> [k] float32`` scores of query q (unlisted sparse nodes: -inf), or None."""
+        if dense_scores is not None:
+            row = np.asarray(dense_scores[q], np.float32)
+            return lambda nodes: row[nodes]
+        if score_offsets is None:
+            return None
+        lo, hi = score_offsets[q], score_offsets[q + 1]
+        listed, values = np.asarray(score_nodes[lo:hi]), np.asarray(score_values[lo:hi], np.float32)
+        last = {int(v): i for i, v in enumerate(listed.tolist())}  # a node listed twice: the last value
+        keys = np.array(sorted(last), np.int64)
+        vals = values[[last[k] for k in keys.tolist()]] if keys.size else np.zeros(0, np.float32)
+
+        def lookup(nodes):
+            nodes = np.atleast_1d(nodes)
+            at = np.searchsorted(keys, nodes).clip(max=max(keys.size - 1, 0))
+            hit = (keys[at] == nodes) if keys.size else np.zeros(nodes.shape, bool)
+            return np.where(hit, vals[at] if keys.size else 0, -np.inf).astype(np.float32)
+        return lookup
 
     def _group_members(self, v, idx):
         g = self._alias_of[v]
         return idx["members"][idx["g_off"][g]:idx["g_off"][g + 1]]
 
-    def _expand_one(self, q, seeds, hops, score, threshold, min_keep, budget, allowed, edge_ok, direction, merge, idx,
-                    with_edges=True):
-        state = np.zeros(self.n_nodes, np.int8)
-        rows = []  # (node, hop, seed, parent, parent_edge)
-        seed_of = {}
+    def _expand_one(self, q, seeds, hops, score_of, threshold, min_keep, budget, allowed, edge_ok, direction, merge,
+                    idx, with_edges, state):
+        cols = ([], [], [], [], [])  # chunks of nodes, hop, seed, parent, parent_edge
+        n_rows = 0
+        dropped = []  # arrays of nodes judged and not kept, to reset `state` afterwards
+
+        def push(nodes, hop, seed, parent, edge):
+            nonlocal n_rows
+            state[nodes] = _REACHED
+            for col, x in zip(cols, (nodes, np.full(nodes.size, hop), seed, parent, edge)):
+                col.append(np.asarray(x, np.int64))
+            n_rows += nodes.size
 
         def admit_unit(v, hop, seed, parent, edge):
-            state[v] = _REACHED
-            rows.append((v, hop, seed, parent, edge))
-            seed_of[v] = seed
+            push(np.array([v]), hop, [seed], [parent], [edge])
             if merge and self._alias_of[v] >= 0:
-                for m in self._group_members(v, idx):
-                    if m != v and state[m] != _REACHED and allowed[m]:
-                        state[m] = _REACHED
-                        rows.append((int(m), hop, seed, v, -1))
-                        seed_of[int(m)] = seed
+                ms = self._group_members(v, idx)
+                ms = ms[allowed(ms) & (ms != v) & (state[ms] != _REACHED)]
+                push(ms, hop, np.full(ms.size, seed), np.full(ms.size, v), np.full(ms.size, -1))
 
         for v in seeds.tolist():
             if state[v] != _REACHED:
                 admit_unit(v, 0, v, -1, -1)
-        frontier = np.array([r[0] for r in rows], np.int64)
+        frontier = np.concatenate(cols[0]) if cols[0] else np.zeros(0, np.int64)
+        frontier_seed = np.concatenate(cols[2]) if cols[2] else np.zeros(0, np.int64)
         for hop in range(1, hops + 1):
             if frontier.size == 0:
                 break
             e, v, u, block = self._incident(frontier, direction, idx)
-            ok = edge_ok[e] & (state[v] == _UNSEEN) & allowed[v]
+            ok = edge_ok[e] & (state[v] == _UNSEEN)
+            ok[ok] = allowed(v[ok])
             e, v, u, block = e[ok], v[ok], u[ok], block[ok]
             unit = np.where(merge & (self._alias_of[v] >= 0), self._alias_of[v], -1 - v) if merge else v
             _, first = np.unique(unit, return_index=True)
             first = np.sort(first)
             e = self._lowest_edge(e, v, u, block, first)
             v, u = v[first], u[first]
+            by_node = np.argsort(frontier)  # the seed of each discovering frontier node
+            seed = frontier_seed[by_node[np.searchsorted(frontier[by_node], u)]]
             sizes = np.ones(v.size, np.int64)
-            unit_score = score[v].astype(np.float64) if score is not None else None
+            unit_score = score_of(v).astype(np.float64) if score_of is not None else None
             unit_members = [None] * v.size
             if merge:
                 for i, node in enumerate(v.tolist()):
                     if self._alias_of[node] >= 0:
                         ms = self._group_members(node, idx)
-                        ms = ms[allowed[ms] & (state[ms] == _UNSEEN)]
+                        ms = ms[allowed(ms) & (state[ms] == _UNSEEN)]
                         unit_members[i] = ms
                         sizes[i] = ms.size
-                        if score is not None:
-                            unit_score[i] = np.nanmax(score[ms])
-            self._check_nan(score, v, unit_members, q)
-            keep, full = self._select(v, unit_score, sizes, threshold, min_keep, budget, len(rows))
-            admitted_from = len(rows)
-            for i in range(v.size):
-                if keep[i]:
-                    admit_unit(int(v[i]), hop, seed_of[int(u[i])], int(u[i]), int(e[i]))
-                else:
-                    members = unit_members[i] if unit_members[i] is not None else [v[i]]
-                    for m in members:
-                        if state[m] != _REACHED:
-                            state[m] = _DROPPED
-            frontier = np.array([r[0] for r in rows[admitted_from:]], np.int64)
+                        if score_of is not None:
+                            unit_score[i] = np.nanmax(score_of(ms))
+            self._check_nan(score_of, v, unit_members, q)
+            keep, full = self._select(v, unit_score, sizes, threshold, min_keep, budget, n_rows)
+            first_chunk = len(cols[0])
+            if all(m is None for m in unit_members):  # no alias units: admit and drop in bulk
+                push(v[keep], hop, seed[keep], u[keep], e[keep])
+                state[v[~keep]] = _DROPPED
+                dropped.append(v[~keep])
+            else:
+                for i in range(v.size):
+                    if keep[i]:
+                        admit_unit(int(v[i]), hop, int(seed[i]), int(u[i]), int(e[i]))
+                    else:
+                        members = np.atleast_1d(unit_members[i] if unit_members[i] is not None else v[i])
+                        members = members[state[members] != _REACHED]
+                        state[members] = _DROPPED
+                        dropped.append(members)
+            frontier = np.concatenate(cols[0][first_chunk:]) if len(cols[0]) > first_chunk else np.zeros(0, np.int64)
+            frontier_seed = np.concatenate(cols[2][first_chunk:]) if len(cols[2]) > first_chunk else np.zeros(0, np.int64)
             if full:
                 break
-        nodes = np.array([r[0] for r in rows], np.int64)
-        if score is not None and nodes.size and np.isnan(score[nodes]).any():
-            bad = int(nodes[np.isnan(score[nodes])][0])
-            raise ValueError(f"scores: NaN for node {bad} in query {q}")
-        reached = state == _REACHED
-        induced = np.nonzero(reached[self._src] & reached[self._dst] & edge_ok)[0] if with_edges else np.zeros(0, np.int64)
+        nodes, hop_col, seed_col, parent_col, edge_col = (
+            np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols)
+        node_scores = score_of(nodes) if score_of is not None else np.full(nodes.size, np.nan, np.float32)
+        induced = np.zeros(0, np.int64)
+        if with_edges and nodes.size:  # out-edges of reached nodes whose target was reached too
+            pos, _ = _ranges(idx["os"][nodes], idx["os"][nodes + 1])
+            out = idx["out_order"][pos]
+            induced = np.sort(out[(state[self._dst[out]] == _REACHED) & edge_ok[out]])
+        state[nodes] = _UNSEEN
+        for d in dropped:
+            state[d] = _UNSEEN
+        if score_of is not None and np.isnan(node_scores).any():
+            raise ValueError(f"scores: NaN for node {int(nodes[np.isnan(node_scores)][0])} in query {q}")
         return dict(
             nodes=nodes,
-            hop=np.array([r[1] for r in rows], np.int32),
-            seed=np.array([r[2] for r in rows], np.int64),
-            parent=np.array([r[3] for r in rows], np.int64),
-            parent_edge=np.array([r[4] for r in rows], np.int64),
-            score=score[nodes].astype(np.float32) if score is not None else np.full(nodes.size, np.nan, np.float32),
+            hop=hop_col.astype(np.int32),
+            seed=seed_col,
+            parent=parent_col,
+            parent_edge=edge_col,
+            score=node_scores.astype(np.float32),
             edges=induced.astype(np.int64),
         )
 
@@ -274,14 +310,14 @@ class ReferenceGraph:
         return keep, full
 
     @staticmethod
-    def _check_nan(score, v, unit_members, q):
-        if score is None:
+    def _check_nan(score_of, v, unit_members, q):
+        if score_of is None:
             return
-        for i, node in enumerate(v.tolist()):
-            members = unit_members[i] if unit_members[i] is not None else [node]
-            for m in members:
-                if np.isnan(score[m]):
-                    raise ValueError(f"scores: NaN for node {int(m)} in query {q}")
+        judged = np.concatenate([np.atleast_1d(m if m is not None else node) for node, m in zip(v.tolist(), unit_members)]) \
+            if v.size else np.zeros(0, np.int64)
+        bad = judged[np.isnan(score_of(judged))] if judged.size else judged
+        if bad.size:
+            raise ValueError(f"scores: NaN for node {int(bad[0])} in query {q}")
 
     def _incident(self, frontier, direction, idx):
         """(edge, other end, frontier node, block: 0 out / 1 in) per incident edge, in traversal order."""
