@@ -1,4 +1,8 @@
-"""Node kinds of the multimodal knowledge graph. Edge kinds are free small ints (0..63)."""
+"""Node and edge kinds of the multimodal knowledge graph.
+
+The graph itself accepts any kind in [0, 64); the enums name the ones the builder in
+:mod:`colgraph_engine.kg` writes.
+"""
 from __future__ import annotations
 
 from enum import IntEnum
@@ -26,3 +30,14 @@ def kind_mask(kinds) -> int:
             raise ValueError(f"kinds: expected kinds in [0, {MAX_KIND}), got {k}")
         mask |= 1 << k
     return mask
+
+
+class EdgeKind(IntEnum):
+    """Edges written by the document graph builder (direction: container -> contained,
+    text -> what it mentions, picture -> what it depicts)."""
+    CONTAINS = 0         # document -> segment, segment -> image/table, image -> region
+    MENTIONS = 1         # segment -> entity (weight: mentions in the segment)
+    RELATION = 2         # entity -> entity, an extracted relation (weight: summed strength)
+    DEPICTS = 3          # image or object region -> entity (weight: match score)
+    DEPICTS_RELATION = 4  # relation region -> each endpoint entity of the relation
+    SCENE = 5            # region -> region, a scene-graph relation (text: the predicate)

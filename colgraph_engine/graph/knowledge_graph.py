@@ -45,10 +45,18 @@ class SparseScores(NamedTuple):
 
 
 def normalize_name(name: str) -> str:
-    """Alias key: Unicode NFKC, case-folded, whitespace collapsed, outer quotes/punctuation removed."""
-    text = unicodedata.normalize("NFKC", name).casefold()
-    text = re.sub(r"\s+", " ", text).strip()
-    return text.strip("\"'`“”‘’.,;:!?()[]{}<> ")
+    """Alias key: Unicode NFKC, case-folded, whitespace collapsed, and outer quotes, brackets and
+    punctuation removed (repeatedly, so ``'"Fuji."'`` -> ``fuji``). The one key used for merging
+    entities inside a document and for grouping aliases across documents."""
+    text = " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+    previous = None
+    while previous != text:
+        previous = text
+        text = text.strip(_NAME_EDGE_CHARS)
+    return text
+
+
+_NAME_EDGE_CHARS = "\"'`\u201c\u201d\u2018\u2019.,;:!?()[]{}<> \t\n"
 
 
 # -- argument checking ------------------------------------------------------------------------

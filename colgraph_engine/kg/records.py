@@ -12,9 +12,10 @@ through :func:`normalize_name`, exposed on the records as ``key`` / ``source_key
 """
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 from typing import Literal
+
+from ..graph.knowledge_graph import normalize_name
 
 Position = tuple[int, int]
 Severity = Literal["error", "skip", "warning"]
@@ -31,11 +32,6 @@ def clean_field(text: str) -> str:
         previous = text
         text = text.strip().strip(QUOTES)
     return text
-
-
-def normalize_name(name: str) -> str:
-    """Comparison key for a name: NFKC, quotes stripped, whitespace collapsed, casefolded."""
-    return " ".join(unicodedata.normalize("NFKC", clean_field(name)).split()).casefold()
 
 
 @dataclass(frozen=True)
