@@ -13,7 +13,6 @@ same result, node for node.
 from __future__ import annotations
 
 import os
-import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path

@@ -1,19 +1,28 @@
-"""Per-document multimodal knowledge graphs: extraction records, their parsers, segmentation.
+"""Per-document multimodal knowledge graphs: extraction records and their parsers, segmentation,
+graph building, embedding, and the index directory that holds it all.
 
-So far: :func:`parse_extraction` reads one model response in any supported dialect into typed
-records, reporting every record it could not use; :func:`segment_sections` cuts a document
-into retrieval units by mKG-RAG's rule. Graph building and the index directory come next.
+Pipeline: :class:`DocumentInput` -> :func:`build_document_graph` (segments, extraction through a
+pluggable extractor, merges, images and regions) -> :func:`encode_document` (pluggable
+:class:`Encoders`) -> :class:`KnowledgeIndex` (stores, merged graph, atomic directory).
 """
-from .parsers import DIALECTS, detect_dialect, parse_extraction, parse_region_mappings, parse_scene_graph
-from .segment import Section, Segment, segment_sections
-from .records import (
-    EntityRecord, ExtractionFormatError, MappingRecord, ParseIssue, ParseResult, RelationRecord,
-    SceneObject, SceneRelation, normalize_name,
+from .document import (
+    DocumentBuildError, DocumentGraph, DocumentInput, DocumentIssue, ImageInput, TableInput, build_document_graph,
 )
+from .extract import CooccurrenceExtractor
+from .index import INDEX_FORMAT, INDEX_VERSION, IndexFormatError, KnowledgeIndex, make_uid
+from .parsers import DIALECTS, detect_dialect, parse_extraction, parse_region_mappings, parse_scene_graph
+from .records import (
+    EntityRecord, ExtractionFormatError, MappingRecord, ParseIssue, ParseResult, RelationRecord, SceneObject,
+    SceneRelation, normalize_name,
+)
+from .segment import Section, Segment, segment_sections
+from .vectors import STORES, Encoders, ItemVectors, encode_document
 
 __all__ = [
-    "DIALECTS", "detect_dialect", "parse_extraction", "parse_region_mappings", "parse_scene_graph",
-    "EntityRecord", "RelationRecord", "MappingRecord", "SceneObject", "SceneRelation",
-    "ParseIssue", "ParseResult", "ExtractionFormatError", "normalize_name",
-    "Section", "Segment", "segment_sections",
+    "DIALECTS", "INDEX_FORMAT", "INDEX_VERSION", "STORES", "CooccurrenceExtractor", "DocumentBuildError",
+    "DocumentGraph", "DocumentInput", "DocumentIssue", "Encoders", "EntityRecord", "ExtractionFormatError",
+    "ImageInput", "IndexFormatError", "ItemVectors", "KnowledgeIndex", "MappingRecord", "ParseIssue", "ParseResult",
+    "RelationRecord", "SceneObject", "SceneRelation", "Section", "Segment", "TableInput", "build_document_graph",
+    "detect_dialect", "encode_document", "make_uid", "normalize_name", "parse_extraction", "parse_region_mappings",
+    "parse_scene_graph", "segment_sections",
 ]

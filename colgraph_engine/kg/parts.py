@@ -1,0 +1,186 @@
+"""On-disk parts of a knowledge index: a batch of whole documents in one checksummed array directory.
+
+A part holds, for its D documents in order, every document's graph (columns of
+:class:`~colgraph_engine.kg.document.DocumentGraph` concatenated, ids kept local to each
+document) and every store's vectors, with per-document offsets so that any document can be cut
+out again. Strings are UTF-8 blobs with ``[k+1]`` int64 offsets. Parts are immutable: removing a
+document writes a new part with the documents that stay.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import _arraydir
+from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, _to_disk
+from .document import DocumentGraph
+from .vectors import STORES, ItemVectors
+
+PART_FORMAT = "colgraph-kg-part"
+PART_VERSION = 1
+
+_NODE_STRINGS = ("node_name", "node_type", "node_text", "node_source")
+_EDGE_STRINGS = ("edge_keywords", "edge_text")
+
+
+@dataclass
+class StoredDocument:
+    """A document on its way to or from a part: its number (stable, never reused), graph and
+    vectors (in the index's dtype when read back)."""
+    number: int
+    graph: DocumentGraph
+    vectors: dict[str, ItemVectors]
+
+
+def _encode_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [s.encode("utf-8") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8), offsets
+
+
+def _decode_strings(blob: np.ndarray, offsets: np.ndarray, where: Path) -> list[str]:
+    data = blob.tobytes()
+    try:
+        return [data[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(offsets.size - 1)]
+    except UnicodeDecodeError as exc:
+        raise _arraydir.FormatError(f"{where}: string column is not UTF-8 ({exc})") from None
+
+
+def _offsets_of(counts: list[int]) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype) -> Path:
+    """Writes `docs` to part directory `path` atomically. `dims`: store name -> d."""
+    graphs = [d.graph for d in docs]
+    arrays: dict[str, np.ndarray] = {
+        "doc_number": np.asarray([d.number for d in docs], np.int64),
+        "doc_nodes": _offsets_of([g.n_nodes for g in graphs]),
+        "doc_edges": _offsets_of([g.n_edges for g in graphs]),
+    }
+    for name in ("node_kind", "node_weight", "node_bbox", "node_edge", "node_image", "node_prov",
+                 "edge_src", "edge_dst", "edge_kind", "edge_weight", "edge_prov"):
+        parts = [getattr(g, name) for g in graphs]
+        arrays[name] = np.concatenate(parts) if parts else np.zeros((0, 4) if name == "node_bbox" else 0,
+                                                                    _empty_dtype(name))
+    for prov in ("node_prov_offsets", "edge_prov_offsets"):  # per-document CSR -> one CSR
+        counts = [np.diff(getattr(g, prov)) for g in graphs]
+        arrays[prov] = _offsets_of(np.concatenate(counts).tolist() if counts else [])
+    for col in ("doc_id", "doc_title") + _NODE_STRINGS + _EDGE_STRINGS:
+        if col == "doc_id":
+            strings = [g.doc_id for g in graphs]
+        elif col == "doc_title":
+            strings = [g.title for g in graphs]
+        else:
+            strings = [s for g in graphs for s in getattr(g, col)]
+        arrays[f"{col}.bytes"], arrays[f"{col}.offsets"] = _encode_strings(strings)
+    for store, dim in dims.items():
+        vecs = [d.vectors.get(store) for d in docs]
+        present = [v for v in vecs if v is not None]
+        values = torch.cat([v.values for v in present]) if present else torch.zeros((0, dim))
+        lengths = np.concatenate([np.diff(v.offsets.numpy()) for v in present]) if present else np.zeros(0, np.int64)
+        arrays[f"vec.{store}.values"] = _to_disk(values.to(dtype))
+        arrays[f"vec.{store}.offsets"] = _offsets_of(lengths.tolist())
+        arrays[f"vec.{store}.local"] = (np.concatenate([v.local for v in present]) if present
+                                        else np.zeros(0, np.int64)).astype(np.int64)
+        arrays[f"vec.{store}.doc_items"] = _offsets_of([0 if v is None else v.local.size for v in vecs])
+    meta = {"n_docs": len(docs), "n_nodes": int(arrays["doc_nodes"][-1]), "n_edges": int(arrays["doc_edges"][-1]),
+            "dtype": _DTYPE_NAMES[dtype], "stores": {s: {"dim": d, "items": int(arrays[f"vec.{s}.local"].size),
+                                                          "tokens": int(arrays[f"vec.{s}.offsets"][-1])}
+                                                      for s, d in dims.items()}}
+    return _arraydir.write(path, PART_FORMAT, PART_VERSION, meta, arrays)
+
+
+def _empty_dtype(name: str):
+    return {"node_kind": np.uint8, "edge_kind": np.uint8, "node_weight": np.float32, "edge_weight": np.float32,
+            "node_bbox": np.float32}.get(name, np.int32)
+
+
+def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: bool = True) -> list[StoredDocument]:
+    """Reads a part written by :func:`write_part`; any damage raises ``FormatError``."""
+    m = _arraydir.read_manifest(path, PART_FORMAT, PART_VERSION)
+    D, n, e = (_arraydir.meta_int(m, k, path) for k in ("n_docs", "n_nodes", "n_edges"))
+    stores = m.get("stores")
+    if m.get("dtype") != _DTYPE_NAMES[dtype] or not isinstance(stores, dict) or \
+            {s: (v or {}).get("dim") for s, v in stores.items()} != dims:
+        raise _arraydir.FormatError(f"{path / 'manifest.json'}: dtype or store dimensions differ from the index's")
+
+    def read(name, dt, shape):
+        return _arraydir.read_array(path, m, name, dt, shape, verify=verify)
+
+    def offsets(name, k, total=None):
+        o = read(name, np.int64, (k + 1,))
+        if o[0] != 0 or (np.diff(o) < 0).any() or (total is not None and o[-1] != total):
+            raise _arraydir.FormatError(f"{path / (name + '.bin')}: offsets must rise from 0"
+                                        + (f" to {total}" if total is not None else ""))
+        return o
+
+    def strings(col, k):
+        o = offsets(f"{col}.offsets", k)
+        return _decode_strings(read(f"{col}.bytes", np.uint8, (int(o[-1]),)), o, path / f"{col}.bytes.bin")
+
+    numbers = read("doc_number", np.int64, (D,))
+    doc_nodes, doc_edges = offsets("doc_nodes", D, n), offsets("doc_edges", D, e)
+    node = {"node_kind": read("node_kind", np.uint8, (n,)), "node_weight": read("node_weight", np.float32, (n,)),
+            "node_bbox": read("node_bbox", np.float32, (n, 4)), "node_edge": read("node_edge", np.int32, (n,)),
+            "node_image": read("node_image", np.int32, (n,))}
+    edge = {"edge_src": read("edge_src", np.int32, (e,)), "edge_dst": read("edge_dst", np.int32, (e,)),
+            "edge_kind": read("edge_kind", np.uint8, (e,)), "edge_weight": read("edge_weight", np.float32, (e,))}
+    node_prov_off, edge_prov_off = offsets("node_prov_offsets", n), offsets("edge_prov_offsets", e)
+    node_prov = read("node_prov", np.int32, (int(node_prov_off[-1]),))
+    edge_prov = read("edge_prov", np.int32, (int(edge_prov_off[-1]),))
+    doc_ids, titles = strings("doc_id", D), strings("doc_title", D)
+    node_str = {c: strings(c, n) for c in _NODE_STRINGS}
+    edge_str = {c: strings(c, e) for c in _EDGE_STRINGS}
+    vec = {}
+    for store, dim in dims.items():
+        info = stores[store]
+        k, t = info.get("items"), info.get("tokens")
+        if not all(isinstance(x, int) and x >= 0 for x in (k, t)):
+            raise _arraydir.FormatError(f"{path / 'manifest.json'}: store {store!r} counts invalid")
+        values = read(f"vec.{store}.values", _DISK_NP[dtype], (t, dim))
+        values = torch.from_numpy(values)
+        vec[store] = (values.view(dtype) if dtype == torch.bfloat16 else values,
+                      offsets(f"vec.{store}.offsets", k, t), read(f"vec.{store}.local", np.int64, (k,)),
+                      offsets(f"vec.{store}.doc_items", D, k))
+    docs = []
+    for i in range(D):
+        a, b = int(doc_nodes[i]), int(doc_nodes[i + 1])
+        c, d = int(doc_edges[i]), int(doc_edges[i + 1])
+        nn, ne = b - a, d - c
+        src, dst = edge["edge_src"][c:d], edge["edge_dst"][c:d]
+        if ne and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= nn):
+            raise _arraydir.FormatError(f"{path}: document {doc_ids[i]!r} has an edge outside its {nn} nodes")
+        npo = node_prov_off[a:b + 1]
+        epo = edge_prov_off[c:d + 1]
+        g = DocumentGraph(
+            doc_id=doc_ids[i], title=titles[i],
+            **{k: v[a:b].copy() for k, v in node.items()},
+            node_name=node_str["node_name"][a:b], node_type=node_str["node_type"][a:b],
+            node_text=node_str["node_text"][a:b], node_source=node_str["node_source"][a:b],
+            node_prov_offsets=npo - npo[0], node_prov=node_prov[npo[0]:npo[-1]].copy(),
+            **{k: v[c:d].copy() for k, v in edge.items()},
+            edge_keywords=edge_str["edge_keywords"][c:d], edge_text=edge_str["edge_text"][c:d],
+            edge_prov_offsets=epo - epo[0], edge_prov=edge_prov[epo[0]:epo[-1]].copy())
+        vectors = {}
+        for store, (values, voff, local, doc_items) in vec.items():
+            p, q = int(doc_items[i]), int(doc_items[i + 1])
+            if q == p:
+                continue
+            limit = ne if STORES[store][1] is None else nn
+            if local[p:q].min() < 0 or local[p:q].max() >= limit:
+                raise _arraydir.FormatError(f"{path}: store {store!r} names an item outside document {doc_ids[i]!r}")
+            o = voff[p:q + 1]
+            vectors[store] = ItemVectors(local[p:q].copy(), values[o[0]:o[-1]],
+                                         torch.from_numpy(o - o[0]))
+        docs.append(StoredDocument(int(numbers[i]), g, vectors))
+    return docs
+
+
+__all__ = ["PART_FORMAT", "PART_VERSION", "StoredDocument", "read_part", "write_part", "_DTYPES_BY_NAME"]
