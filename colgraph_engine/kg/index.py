@@ -169,6 +169,8 @@ class KnowledgeIndex:
         for part in tqdm(m["parts"], desc="loading parts", disable=not progress):
             ppath = path / "parts" / part
             got = _part_sha(ppath)
+            if got is None:
+                raise IndexFormatError(f"{ppath}: part is missing (the manifest lists it)")
             if got != m["parts"][part]:
                 raise IndexFormatError(f"{ppath}: part manifest checksum mismatch (expected {m['parts'][part][:12]}…, "
                                        f"got {str(got)[:12]}…)")
