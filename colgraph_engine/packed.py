@@ -96,9 +96,15 @@ def check_packed(values: object, offsets: object, name: str) -> tuple[torch.Tens
     return v, o
 
 
+def _all_finite(values: torch.Tensor) -> bool:
+    # min and max propagate NaN and show inf, without the [T, d] bool tensor isfinite makes
+    lo, hi = torch.aminmax(values)
+    return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
+
+
 def check_finite(values: torch.Tensor, name: str) -> None:
     """Rejects NaN or inf; done when vectors enter a store, not on every query."""
-    if values.numel() and not bool(torch.isfinite(values).all()):
+    if values.numel() and not _all_finite(values):
         row = int(torch.nonzero(~torch.isfinite(values))[0, 0])
         raise ValueError(f"{name}: expected finite values, found NaN or inf in row {row}")
 

@@ -12,6 +12,7 @@ same result, node for node.
 """
 from __future__ import annotations
 
+import functools
 import os
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,6 +44,7 @@ class SparseScores(NamedTuple):
     values: np.ndarray
 
 
+@functools.lru_cache(maxsize=1 << 17)  # names repeat across records; the key is a pure function
 def normalize_name(name: str) -> str:
     """Alias key: Unicode NFKC, case-folded, whitespace collapsed, and outer quotes, brackets and
     punctuation removed (repeatedly, so ``'"Fuji."'`` -> ``fuji``). The one key used for merging

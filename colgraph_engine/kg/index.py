@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from .. import _arraydir, _atomic
 from ..graph.kinds import EdgeKind, NodeKind
 from ..graph.knowledge_graph import KnowledgeGraph
+from ..packed import check_finite
 from ..store import _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
 from .document import DocumentGraph, DocumentInput, build_document_graph
 from .parts import StoredDocument, read_part, write_part
@@ -165,7 +166,7 @@ class KnowledgeIndex:
         by_part: dict[str, list[dict]] = {}
         for d in m["documents"]:
             by_part.setdefault(d["part"], []).append(d)
-        loaded: dict[str, tuple[StoredDocument, str]] = {}
+        loaded: dict[str, tuple[StoredDocument, str]] = {}  # doc id -> (document, part)
         for part in tqdm(m["parts"], desc="loading parts", disable=not progress):
             ppath = path / "parts" / part
             got = _part_sha(ppath)
@@ -181,10 +182,11 @@ class KnowledgeIndex:
             for d in docs:
                 loaded[d.graph.doc_id] = (d, part)
         for d in m["documents"]:
-            stored, part = loaded[d["doc_id"]]
+            stored, _ = loaded[d["doc_id"]]
             if (stored.graph.n_nodes, stored.graph.n_edges) != (d["nodes"], d["edges"]):
                 raise IndexFormatError(f"{path}: document {d['doc_id']!r} has other counts than the manifest lists")
-            index._apply_add(stored, part)
+        order = [loaded[d["doc_id"]] for d in m["documents"]]
+        index._apply_add([s for s, _ in order], [p for _, p in order])
         index._parts = dict(m["parts"])
         return index
 
@@ -266,8 +268,7 @@ class KnowledgeIndex:
             except BaseException:
                 shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
                 raise
-        for s in stored:
-            self._apply_add(s, part)
+        self._apply_add(stored, [part] * len(stored))
         return graphs
 
     def remove_document(self, doc_id: str) -> None:
@@ -390,14 +391,24 @@ class KnowledgeIndex:
                                  f"(offsets [{k + 1}], values [T, {self.dims[store]}])")
             if k and (v.local.min() < 0 or v.local.max() >= limit or np.unique(v.local).size != k):
                 raise ValueError(f"{what}[{store!r}]: local ids must be unique and in [0, {limit})")
-            if v.values.numel() and not bool(torch.isfinite(v.values).all()):
-                raise ValueError(f"{what}[{store!r}]: values contain NaN or inf")
+            check_finite(v.values, f"{what}[{store!r}]")
 
-    def _apply_add(self, s: StoredDocument, part: str) -> None:
-        for store, v in s.vectors.items():
-            self.stores[store].add((v.values, v.offsets), ids=torch.from_numpy(make_uid(s.number, v.local)))
-        self._docs[s.graph.doc_id] = _Entry(s.number, s.graph, part)
-        self._next_number = max(self._next_number, s.number + 1)
+    def _apply_add(self, docs: list[StoredDocument], parts: list[str]) -> None:
+        """Puts committed documents in memory: one store append per store for the whole batch
+        (appending per document would copy the growing id and offset arrays each time)."""
+        for store in self.stores:
+            have = [d for d in docs if store in d.vectors]
+            if not have:
+                continue
+            values = torch.cat([d.vectors[store].values for d in have])
+            lengths = torch.cat([d.vectors[store].offsets.diff() for d in have])
+            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=offsets[1:])
+            uids = np.concatenate([make_uid(d.number, d.vectors[store].local) for d in have])
+            self.stores[store].add((values, offsets), ids=torch.from_numpy(uids))
+        for d, part in zip(docs, parts):
+            self._docs[d.graph.doc_id] = _Entry(d.number, d.graph, part)
+            self._next_number = max(self._next_number, d.number + 1)
         self._assembly = None
 
     def _uids_of(self, entry: _Entry) -> dict[str, np.ndarray]:

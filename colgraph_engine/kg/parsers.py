@@ -249,6 +249,8 @@ def _cut_at_completion(col: _Collector, text: str) -> tuple[str, bool]:
 def _split_fields(body: str, clean: str) -> tuple[list[str], list[str]]:
     """Splits on anything delimiter-like; returns the fields and the non-clean delimiters seen."""
     fields = _DELIM.split(body)
+    if clean.join(fields) == body:  # every delimiter was the clean one (the common case)
+        return fields, []
     odd = sorted({m.group(0) for m in _DELIM.finditer(body) if m.group(0) != clean})
     return fields, odd
 
