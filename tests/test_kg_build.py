@@ -207,6 +207,14 @@ def test_default_extractor_is_deterministic_and_document_specific():
     assert a.counts["errors"] == 0
 
 
+def test_default_extractor_splits_names_at_punctuation_and_skips_sentence_openers():
+    ext = CooccurrenceExtractor()
+    assert ext.phrases("From the fields of Makinohara, Mount Fuji is visible.") == ["Makinohara", "Mount Fuji"]
+    assert ext.phrases("The Bank of Japan opened in 1882 in Tokyo and Osaka.") == ["Bank of Japan", "1882", "Tokyo",
+                                                                                   "Osaka"]
+    assert ext.phrases("In Kyoto, JNR ran trains.") == ["Kyoto", "JNR"]
+
+
 def test_custom_extractor_sees_each_segment_text():
     seen = []
 

@@ -65,9 +65,13 @@ class CooccurrenceExtractor:
 
     def phrases(self, sentence: str) -> list[str]:
         """Entity phrases of one sentence, in order of appearance (repeats kept)."""
-        words = [m.group(0) for m in _TOKEN.finditer(sentence)]
+        matches = list(_TOKEN.finditer(sentence))
+        words = [m.group(0) for m in matches]
         out, run, pending = [], [], []
         for i, w in enumerate(words):
+            if i and run and sentence[matches[i - 1].end():matches[i].start()].strip():
+                out.append(" ".join(run))  # punctuation between words ends a name
+                run, pending = [], []
             if _YEAR.match(w):  # a year stands alone
                 if run:
                     out.append(" ".join(run))
