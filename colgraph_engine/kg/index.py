@@ -269,6 +269,9 @@ class KnowledgeIndex:
                 shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
                 raise
         self._apply_add(stored, [part] * len(stored))
+        if progress:
+            total = {k: sum(g.counts[k] for g in graphs) for k in _COUNTED + ("errors", "warnings")}
+            tqdm.write(f"added {len(graphs)} documents: " + ", ".join(f"{v} {k}" for k, v in total.items()))
         return graphs
 
     def remove_document(self, doc_id: str) -> None:
@@ -457,19 +460,20 @@ class KnowledgeIndex:
                 continue
             g = e.graph
             documents.append({"doc_id": doc_id, "number": e.number, "part": moved.get(doc_id, e.part),
-                              "nodes": g.n_nodes, "edges": g.n_edges})
+                              "nodes": g.n_nodes, "edges": g.n_edges, "counts": _kind_counts(g)})
         for p, docs in written.items():
             for s in docs:
                 if s.graph.doc_id not in self._docs:
                     documents.append({"doc_id": s.graph.doc_id, "number": s.number, "part": p,
-                                      "nodes": s.graph.n_nodes, "edges": s.graph.n_edges})
+                                      "nodes": s.graph.n_nodes, "edges": s.graph.n_edges,
+                                      "counts": _kind_counts(s.graph)})
         next_number = max([self._next_number] + [d["number"] + 1 for d in documents])
         manifest = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION, "generation": self._generation + 1,
             "dtype": _DTYPE_NAMES[self.dtype], "dims": self.dims, "encoders": self.encoder_info,
             "next_doc_number": next_number, "documents": documents, "parts": parts,
-            "totals": {"documents": len(documents), "nodes": sum(d["nodes"] for d in documents),
-                       "edges": sum(d["edges"] for d in documents)},
+            "totals": {"documents": len(documents),
+                       **{k: sum(d["counts"][k] for d in documents) for k in _COUNTED}},
         }
         _replace_file(self.path / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
         self._generation += 1
@@ -507,6 +511,14 @@ class KnowledgeIndex:
                                    make_uid(node_doc, local_nodes),
                                    make_uid(np.repeat(numbers, [g.n_edges for g in graphs]), local_edges))
         return self._assembly
+
+
+_COUNTED = ("nodes", "edges", "segments", "entities", "relations", "images", "regions", "tables")
+
+
+def _kind_counts(g: DocumentGraph) -> dict[str, int]:
+    c = g.counts
+    return {k: c[k] for k in _COUNTED}
 
 
 # -- files --------------------------------------------------------------------------------------
