@@ -1,0 +1,11 @@
+"""Retrieval and answer metrics, and loaders for evaluation datasets (local files only)."""
+from .metrics import (  # noqa: F401  (re-exports)
+    evaluate_rankings,
+    exact_match,
+    f1_score,
+    hit_at_k,
+    mrr_at_k,
+    ndcg_at_k,
+    normalize_answer,
+    recall_at_k,
+)

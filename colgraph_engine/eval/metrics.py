@@ -1,0 +1,291 @@
+"""Retrieval metrics (hit, recall, MRR, nDCG at a cut-off k) and SQuAD-style answer metrics (EM, F1).
+
+Retrieval: a query's ``ranked`` list holds document ids, best first, without duplicates. Rank ``i``
+is 1-based and "top-k" means ``ranked[:k]`` (the whole list when it is shorter than ``k``). Every
+function scores one query; :func:`evaluate_rankings` scores many and averages them (a plain
+mean over queries, i.e. macro-averaged).
+
+Answers: strings are compared after :func:`normalize_answer`; :func:`exact_match` and
+:func:`f1_score` accept one gold string or a list of alternative golds and keep the best score.
+
+Bad input raises ``TypeError`` (wrong type) or ``ValueError`` (right type, wrong value); the
+message starts with the argument's name.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import string
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+Gold = str | Sequence[str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks. `name` is what the caller called the argument, so that errors raised inside
+# evaluate_rankings point at e.g. rankings['q7'] rather than at an internal parameter.
+
+def _check_ranked(ranked: Any, name: str = "ranked") -> list[Hashable]:
+    # Strings are sequences too, but a string where a list of ids belongs is always a mistake.
+    if isinstance(ranked, np.ndarray):
+        if ranked.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of ids, got an array of shape {ranked.shape}")
+        ranked = ranked.tolist()
+    elif isinstance(ranked, (str, bytes)) or not isinstance(ranked, Sequence):
+        raise TypeError(f"{name} must be a sequence of ids (list, tuple or 1-D array), got {type(ranked).__name__}")
+    try:
+        unique = set(ranked)
+    except TypeError:
+        raise TypeError(f"{name} must hold hashable ids") from None
+    if len(unique) != len(ranked):
+        dup = next(x for x, c in Counter(ranked).items() if c > 1)
+        raise ValueError(f"{name} must not repeat ids (a ranking lists each document once), {dup!r} is repeated")
+    return list(ranked)
+
+
+def _check_k(k: Any, name: str = "k") -> int:
+    # bool is an int subclass; k=True is a bug, not "1".
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= 1, got {type(k).__name__}")
+    if k < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {k}")
+    return int(k)
+
+
+def _check_relevant(relevant: Any, name: str = "relevant") -> set[Hashable]:
+    # A mapping is refused because iterating it yields every judged id, grade 0 included.
+    if isinstance(relevant, (str, bytes, Mapping)) or not isinstance(relevant, Iterable):
+        raise TypeError(f"{name} must be a collection of relevant ids (e.g. a set), got {type(relevant).__name__}")
+    try:
+        return set(relevant)
+    except TypeError:
+        raise TypeError(f"{name} must hold hashable ids") from None
+
+
+def _check_gains(gains: Any, name: str = "gains") -> dict[Hashable, float]:
+    if not isinstance(gains, Mapping):
+        raise TypeError(f"{name} must be a mapping id -> graded relevance, got {type(gains).__name__}")
+    out = {}
+    for doc, g in gains.items():
+        if isinstance(g, bool) or not isinstance(g, numbers.Real):
+            raise TypeError(f"{name}[{doc!r}] must be a real number >= 0, got {type(g).__name__}")
+        g = float(g)
+        if not math.isfinite(g) or g < 0:
+            raise ValueError(f"{name}[{doc!r}] must be a finite number >= 0, got {g}")
+        out[doc] = g
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-query retrieval metrics. The private cores take checked input already cut to the top k;
+# the public functions and evaluate_rankings share them, so each formula exists once.
+
+def _hit(top: list[Hashable], relevant: set[Hashable]) -> float:
+    return float(any(doc in relevant for doc in top))
+
+
+def _recall(top: list[Hashable], relevant: set[Hashable]) -> float:
+    return sum(doc in relevant for doc in top) / len(relevant)
+
+
+def _rr(top: list[Hashable], relevant: set[Hashable]) -> float:
+    return next((1.0 / i for i, doc in enumerate(top, start=1) if doc in relevant), 0.0)
+
+
+def _dcg(grades: Iterable[float]) -> float:
+    # grades in rank order, already cut to k
+    return math.fsum((2.0 ** g - 1.0) / math.log2(i + 1) for i, g in enumerate(grades, start=1))
+
+
+def _idcg(gains: dict[Hashable, float], k: int) -> float:
+    return _dcg(sorted(gains.values(), reverse=True)[:k])
+
+
+def _ndcg(top: list[Hashable], gains: dict[Hashable, float], idcg: float) -> float:
+    return _dcg(gains.get(doc, 0.0) for doc in top) / idcg
+
+
+def hit_at_k(ranked: Sequence[Hashable], relevant: Iterable[Hashable], k: int) -> float:
+    """1.0 if any of ``ranked[:k]`` is in ``relevant``, else 0.0 (so 0.0 when ``relevant`` is empty)."""
+    ranked, relevant, k = _check_ranked(ranked), _check_relevant(relevant), _check_k(k)
+    return _hit(ranked[:k], relevant)
+
+
+def recall_at_k(ranked: Sequence[Hashable], relevant: Iterable[Hashable], k: int) -> float:
+    """``|ranked[:k] ∩ relevant| / |relevant|``.
+
+    The denominator is the full number of relevant ids even when it exceeds ``k``, so recall@k
+    can stay below 1 for a perfect ranking. Empty ``relevant`` raises ``ValueError`` (0/0).
+    """
+    ranked, relevant, k = _check_ranked(ranked), _check_relevant(relevant), _check_k(k)
+    if not relevant:
+        raise ValueError("relevant must hold at least one id: recall is undefined (0/0) without relevant documents")
+    return _recall(ranked[:k], relevant)
+
+
+def mrr_at_k(ranked: Sequence[Hashable], relevant: Iterable[Hashable], k: int) -> float:
+    """Reciprocal rank ``1 / i`` of the first ``ranked[i - 1]`` in ``relevant`` with ``i <= k``, else 0.0
+    (so 0.0 when ``relevant`` is empty). Averaged over queries by :func:`evaluate_rankings` this is MRR@k.
+    """
+    ranked, relevant, k = _check_ranked(ranked), _check_relevant(relevant), _check_k(k)
+    return _rr(ranked[:k], relevant)
+
+
+def ndcg_at_k(ranked: Sequence[Hashable], gains: Mapping[Hashable, float], k: int) -> float:
+    """Normalised discounted cumulative gain with exponential gain::
+
+        DCG@k  = sum_{i=1..min(k, n)} (2^{g_i} - 1) / log2(i + 1)
+        nDCG@k = DCG@k / IDCG@k
+
+    where ``n = len(ranked)``, ``g_i = gains.get(ranked[i - 1], 0)`` (ids absent from ``gains``
+    count as grade 0) and IDCG@k is DCG@k of the ideal ranking: all of ``gains``' grades sorted
+    in decreasing order. Grades must be finite and >= 0. IDCG@k = 0 (no grade above 0) raises
+    ``ValueError``.
+    """
+    ranked, gains, k = _check_ranked(ranked), _check_gains(gains), _check_k(k)
+    idcg = _idcg(gains, k)
+    if idcg == 0.0:
+        raise ValueError("gains must hold at least one grade > 0: nDCG is undefined when IDCG is 0")
+    return _ndcg(ranked[:k], gains, idcg)
+
+
+def evaluate_rankings(
+    rankings: Mapping[Hashable, Sequence[Hashable]],
+    qrels: Mapping[Hashable, Mapping[Hashable, float]],
+    ks: Iterable[int] = (1, 5, 10),
+) -> dict[str, float]:
+    """Mean hit@k, recall@k, MRR@k and nDCG@k over the queries of ``qrels``, for every k in ``ks``.
+
+    ``rankings`` maps query id -> ranked doc ids; ``qrels`` maps query id -> {doc id: grade}.
+    For hit/recall/MRR a document is relevant when its grade is > 0; nDCG uses the grades.
+
+    * The queries are those of ``qrels``; ranked queries that ``qrels`` lacks are ignored
+      (nothing to score them against).
+    * A query of ``qrels`` missing from ``rankings`` counts as an empty ranking (scores 0), so
+      a system cannot raise its mean by not answering.
+    * A query whose grades are all 0 (or that has none) is skipped: recall and nDCG would be 0/0.
+
+    Returns ``{"hit@k": mean, "recall@k": ..., "mrr@k": ..., "ndcg@k": ...}`` for each k (keys
+    grouped by metric, ks in the given order, repeats dropped) plus ``"n_queries"`` (scored
+    queries, the denominator of every mean) and ``"n_skipped"``. Raises ``ValueError`` when no
+    query can be scored.
+    """
+    if not isinstance(rankings, Mapping):
+        raise TypeError(f"rankings must be a mapping query id -> ranked ids, got {type(rankings).__name__}")
+    if not isinstance(qrels, Mapping):
+        raise TypeError(f"qrels must be a mapping query id -> {{doc id: grade}}, got {type(qrels).__name__}")
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+        raise TypeError(f"ks must be a sequence of ints >= 1, got {type(ks).__name__}")
+    ks = list(dict.fromkeys(_check_k(k, "ks") for k in ks))  # dedupe, keep order
+    if not ks:
+        raise ValueError("ks must hold at least one cut-off")
+
+    per_query: dict[str, list[float]] = {f"{m}@{k}": [] for m in ("hit", "recall", "mrr", "ndcg") for k in ks}
+    n_skipped = 0
+    for qid, grades in qrels.items():
+        grades = _check_gains(grades, f"qrels[{qid!r}]")
+        relevant = {doc for doc, g in grades.items() if g > 0}
+        if not relevant:
+            n_skipped += 1
+            continue
+        ranked = _check_ranked(rankings.get(qid, []), f"rankings[{qid!r}]")
+        for k in ks:
+            top = ranked[:k]
+            per_query[f"hit@{k}"].append(_hit(top, relevant))
+            per_query[f"recall@{k}"].append(_recall(top, relevant))
+            per_query[f"mrr@{k}"].append(_rr(top, relevant))
+            per_query[f"ndcg@{k}"].append(_ndcg(top, grades, _idcg(grades, k)))  # IDCG > 0: a grade is > 0
+
+    n = len(qrels) - n_skipped
+    if n == 0:
+        raise ValueError("qrels must contain at least one query with a grade > 0; no query could be scored")
+    result: dict[str, float] = {key: math.fsum(values) / n for key, values in per_query.items()}
+    result["n_queries"] = n
+    result["n_skipped"] = n_skipped
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer metrics.
+
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower-cases, deletes ASCII punctuation (``string.punctuation``), deletes the whole words
+    "a", "an", "the", and collapses runs of whitespace to single spaces (stripping both ends).
+
+    The steps run in that order, so "the-end" -> "theend" (the hyphen goes first, leaving no
+    standalone article) and "A.B." -> "ab". Non-ASCII punctuation such as "’" is kept.
+    """
+    if not isinstance(s, str):
+        raise TypeError(f"s must be a str, got {type(s).__name__}")
+    s = _ARTICLES.sub(" ", s.lower().translate(_DROP_PUNCTUATION))
+    return " ".join(s.split())
+
+
+def _golds(gold: Any) -> list[str]:
+    if isinstance(gold, str):
+        return [gold]
+    if not isinstance(gold, Sequence) or not all(isinstance(g, str) for g in gold):
+        raise TypeError("gold must be a str or a sequence of str (alternative acceptable answers)")
+    if not gold:
+        raise ValueError("gold must hold at least one acceptable answer")
+    return list(gold)
+
+
+def _check_prediction(prediction: Any) -> str:
+    if not isinstance(prediction, str):
+        raise TypeError(f"prediction must be a str, got {type(prediction).__name__}")
+    return prediction
+
+
+def exact_match(prediction: str, gold: Gold) -> float:
+    """1.0 if ``normalize_answer(prediction)`` equals ``normalize_answer(g)`` for some gold ``g``, else 0.0.
+
+    ``gold`` is one string or a list of *alternative* answers (any one suffices). Note that a
+    MultimodalQA question's ``answers`` list is different: all its items together form the one
+    answer (list questions), so it must not be passed here as alternatives.
+
+    Scope: this is the SQuAD v1.1 procedure (normalise, compare, max over golds). MultimodalQA's
+    official script (allenai/multimodalqa, ``baselines/evaluate.py``) also takes the max over
+    reference answers, but it uses DROP's normalisation (tokens split on spaces and hyphens,
+    numbers and number words canonicalised, numbers keep their punctuation) and scores answer
+    lists: EM compares the sets of normalised answers, F1 aligns answers one-to-one, uses token
+    sets rather than bags and rounds to 2 decimals. Scores here can therefore differ from it.
+    """
+    pred = normalize_answer(_check_prediction(prediction))
+    return float(any(pred == normalize_answer(g) for g in _golds(gold)))
+
+
+def f1_score(prediction: str, gold: Gold) -> float:
+    """Token-level F1 on normalised, whitespace-split tokens, maximised over golds::
+
+        overlap = sum over tokens t of min(count_pred(t), count_gold(t))   (bag of tokens)
+        P = overlap / |pred tokens|,  R = overlap / |gold tokens|,  F1 = 2 P R / (P + R)
+
+    F1 = 0 when overlap = 0. When a side normalises to no tokens at all (e.g. "the"), F1 is 1.0
+    if both sides are empty and 0.0 otherwise, which agrees with :func:`exact_match` (SQuAD
+    v2.0 convention; v1.1 gave 0.0 for two empty answers). ``gold`` and the relation to
+    MultimodalQA's official scores: as for :func:`exact_match`.
+    """
+    pred_tokens = normalize_answer(_check_prediction(prediction)).split()
+    return max(_token_f1(pred_tokens, normalize_answer(g).split()) for g in _golds(gold))
+
+
+def _token_f1(pred: list[str], gold: list[str]) -> float:
+    if not pred or not gold:
+        return float(pred == gold)
+    # Counter & Counter keeps the minimum count per token: a token repeated in the prediction
+    # only earns credit as often as it occurs in the gold.
+    overlap = sum((Counter(pred) & Counter(gold)).values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred), overlap / len(gold)
+    return 2 * precision * recall / (precision + recall)
