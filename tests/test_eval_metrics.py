@@ -352,3 +352,30 @@ def test_evaluate_rankings_bad_input(kwargs, exc, needle):
 def test_answer_metrics_bad_input(call, exc, needle):
     with pytest.raises(exc, match=needle):
         call()
+
+
+# -- MultimodalQA answer lists -------------------------------------------------------------------
+
+from colgraph_engine.eval import mmqa_em_f1  # noqa: E402
+
+
+@pytest.mark.parametrize("prediction, gold, expected", [
+    ("The Eiffel Tower", "eiffel tower", (1.0, 1.0)),           # articles and case
+    ("Jean-Paul Sartre", "jean paul sartre", (1.0, 1.0)),       # hyphens split tokens
+    (["Paris", "London"], ["london", "paris"], (1.0, 1.0)),     # list answers compare as sets
+    (["Paris"], ["Paris", "Rome"], (0.0, 0.5)),                 # one of two aligned: 1.0 / max(1, 2)
+    ("New York City", "New York", (0.0, 0.8)),                  # p = 2/3, r = 1 -> 2pr/(p+r) = 0.8
+    ("four apples", "4 apples", (1.0, 1.0)),                    # number words and digits meet as 4.0
+    ("3 apples", "4 apples", (0.0, 0.0)),                       # gold number missing: the pair scores 0
+    ("1,000 people", "1000 people", (1.0, 1.0)),
+    (["a", "b", "c"], ["c", "x"], (0.0, round(1 / 3, 2))),      # best matching c-c = 1, others 0; / 3
+])
+def test_mmqa_em_f1_hand_computed(prediction, gold, expected):
+    assert mmqa_em_f1(prediction, gold) == expected
+
+
+def test_mmqa_em_f1_bad_input():
+    with pytest.raises(TypeError, match="prediction"):
+        mmqa_em_f1(3, "x")
+    with pytest.raises(TypeError, match="gold"):
+        mmqa_em_f1("x", [])

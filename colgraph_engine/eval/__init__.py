@@ -4,6 +4,7 @@ from .metrics import (  # noqa: F401  (re-exports)
     exact_match,
     f1_score,
     hit_at_k,
+    mmqa_em_f1,
     mrr_at_k,
     ndcg_at_k,
     normalize_answer,

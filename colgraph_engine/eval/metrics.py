@@ -13,6 +13,7 @@ message starts with the argument's name.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import re
@@ -258,7 +259,7 @@ def exact_match(prediction: str, gold: Gold) -> float:
     reference answers, but it uses DROP's normalisation (tokens split on spaces and hyphens,
     numbers and number words canonicalised, numbers keep their punctuation) and scores answer
     lists: EM compares the sets of normalised answers, F1 aligns answers one-to-one, uses token
-    sets rather than bags and rounds to 2 decimals. Scores here can therefore differ from it.
+    sets rather than bags and rounds to 2 decimals: that is :func:`mmqa_em_f1`.
     """
     pred = normalize_answer(_check_prediction(prediction))
     return float(any(pred == normalize_answer(g) for g in _golds(gold)))
@@ -289,3 +290,94 @@ def _token_f1(pred: list[str], gold: list[str]) -> float:
         return 0.0
     precision, recall = overlap / len(pred), overlap / len(gold)
     return 2 * precision * recall / (precision + recall)
+
+
+# -- MultimodalQA answer lists (DROP-style) ----------------------------------------------------
+
+_WORD_NUMBERS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+
+
+def _number(token: str) -> float | None:
+    if token in _WORD_NUMBERS:
+        return float(_WORD_NUMBERS[token])
+    try:
+        return float(token.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _mmqa_normalize(text: str) -> str:
+    """One answer item as MultimodalQA scores it: split on spaces and hyphens; per token,
+    lower-case, drop punctuation unless the token is a number, drop articles, write numbers
+    (digits or number words up to twenty) canonically as floats; re-join with spaces."""
+    out = []
+    for token in re.split(r"[ \-]", text):
+        token = token.lower()
+        value = _number(token)
+        if value is None:
+            token = token.translate(_DROP_PUNCTUATION)
+            value = _number(token) if token in _WORD_NUMBERS else None
+        if value is not None:
+            token = str(value)
+        elif token in ("a", "an", "the"):
+            token = ""
+        if token.strip():
+            out.append(token.strip())
+    return " ".join(out)
+
+
+def _bag_f1(predicted: set[str], gold: set[str]) -> float:
+    overlap = len(predicted & gold)
+    if not predicted and not gold:
+        return 1.0
+    if overlap == 0:
+        return 0.0
+    p, r = overlap / len(predicted), overlap / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def _numbers_agree(predicted: set[str], gold: set[str]) -> bool:
+    """If the gold item holds numbers, the prediction must hold at least one of them."""
+    gold_numbers = {t for t in gold if _number(t) is not None}
+    return not gold_numbers or bool(gold_numbers & predicted)
+
+
+def _best_alignment(scores: list[list[float]]) -> float:
+    """Largest sum of a one-to-one matching in a small score matrix (exhaustive over the
+    smaller side's assignments; answer lists have a handful of items)."""
+    rows, cols = len(scores), len(scores[0]) if scores else 0
+    if rows > cols:
+        scores = [list(c) for c in zip(*scores)]
+        rows, cols = cols, rows
+    if rows > 8:
+        raise ValueError(f"prediction/gold: at most 8 items on the smaller side, got {rows}")
+    return max((sum(scores[i][j] for i, j in enumerate(perm)) for perm in itertools.permutations(range(cols), rows)),
+               default=0.0)
+
+
+def mmqa_em_f1(prediction: str | Sequence[str], gold: str | Sequence[str]) -> tuple[float, float]:
+    """MultimodalQA's EM and F1 for one question whose answer may be a list of items.
+
+    Items are normalised as in ``_mmqa_normalize``. EM is 1.0 when the sets of normalised
+    predicted and gold items are equal (and the lists have equal length). F1 aligns predicted
+    and gold items one-to-one to maximise the summed token-bag F1 (an item pair whose gold holds
+    a number the prediction lacks scores 0), and divides by the longer list's length; the result
+    is rounded to 2 decimals, as in the official evaluation.
+    """
+    def items(x, name):
+        if isinstance(x, str):
+            return [x]
+        if not isinstance(x, Sequence) or not all(isinstance(s, str) for s in x) or not x:
+            raise TypeError(f"{name} must be a str or a non-empty sequence of str")
+        return list(x)
+
+    pred_items = [_mmqa_normalize(s) for s in items(prediction, "prediction")]
+    gold_items = [_mmqa_normalize(s) for s in items(gold, "gold")]
+    em = 1.0 if set(pred_items) == set(gold_items) and len(pred_items) == len(gold_items) else 0.0
+    pred_bags = [set(s.split()) for s in pred_items]
+    gold_bags = [set(s.split()) for s in gold_items]
+    scores = [[_bag_f1(p, g) if _numbers_agree(p, g) else 0.0 for g in gold_bags] for p in pred_bags]
+    f1 = _best_alignment(scores) / max(len(pred_bags), len(gold_bags))
+    return em, round(f1, 2)
