@@ -66,18 +66,26 @@ class MiniLMEncoder:
         hidden = self.model(**enc).last_hidden_state.float()  # [B, L, d]
         return hidden, enc["attention_mask"].bool().cpu(), special
 
-    def token_vectors(self, texts, *, progress: bool = False) -> list[torch.Tensor]:
-        """``[L_i, d]`` per text: word-piece vectors without [CLS], [SEP] and padding."""
+    def _encode(self, texts, progress: bool, desc: str) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Token vectors per text and pooled ``[N, d]``, from one forward pass per batch."""
         texts = check_texts(texts)
-        out = []
-        for chunk in batches(texts, self.batch_size, progress, "MiniLM tokens"):
+        tokens, pooled = [], []
+        for chunk in batches(texts, self.batch_size, progress, desc):
             hidden, attention, special = self._forward(list(chunk))
+            m = attention.to(hidden.device).unsqueeze(-1).float()
+            mean = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            pooled.append(torch.nn.functional.normalize(mean, dim=-1).cpu())
             keep = attention & ~special
             if self.normalize:
                 hidden = torch.nn.functional.normalize(hidden, dim=-1)
             hidden = hidden.cpu()
-            out.extend(hidden[i][keep[i]].to(self.dtype) for i in range(len(chunk)))
-        return out
+            tokens.extend(hidden[i][keep[i]].to(self.dtype) for i in range(len(chunk)))
+        pooled_all = torch.cat(pooled).to(self.dtype) if pooled else torch.zeros((0, self.dim), dtype=self.dtype)
+        return tokens, pooled_all
+
+    def token_vectors(self, texts, *, progress: bool = False) -> list[torch.Tensor]:
+        """``[L_i, d]`` per text: word-piece vectors without [CLS], [SEP] and padding."""
+        return self._encode(texts, progress, "MiniLM tokens")[0]
 
     def encode_texts(self, texts, *, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Packed token vectors: ``(values [T, d], offsets [N+1])``, ready for a PackedStore."""
@@ -85,14 +93,13 @@ class MiniLMEncoder:
 
     def pooled(self, texts, *, progress: bool = False) -> torch.Tensor:
         """``[N, d]`` sentence embeddings (mean over non-padding positions, L2-normalised)."""
-        texts = check_texts(texts)
-        rows = []
-        for chunk in batches(texts, self.batch_size, progress, "MiniLM pooled"):
-            hidden, attention, _ = self._forward(list(chunk))
-            m = attention.to(hidden.device).unsqueeze(-1).float()
-            mean = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
-            rows.append(torch.nn.functional.normalize(mean, dim=-1).cpu())
-        return torch.cat(rows).to(self.dtype) if rows else torch.zeros((0, self.dim), dtype=self.dtype)
+        return self._encode(texts, progress, "MiniLM pooled")[1]
+
+    def encode_with_pooled(self, texts, *, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(values [T, d], offsets [N+1], pooled [N, d])`` from one pass over the texts."""
+        tokens, pooled = self._encode(texts, progress, "MiniLM")
+        values, offsets = pack_list(tokens, self.dim, self.dtype)
+        return values, offsets, pooled
 
     def text_encoder(self) -> Encoder:
         return Encoder(lambda texts: self.pooled(texts).float(), f"minilm-l6-v2-pooled{self.max_length}", self.dim, "text")
