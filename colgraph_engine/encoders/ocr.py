@@ -70,7 +70,7 @@ def _reading_order(boxes: list[tuple[float, float, float, float]], tolerance: fl
     rows: list[list[int]] = []
     row_cy = row_h = 0.0
     for i in order:
-        x1, y1, x2, y2 = boxes[i]
+        _, y1, _, y2 = boxes[i]
         cy, h = (y1 + y2) / 2, max(y2 - y1, 1e-9)
         if rows and abs(cy - row_cy) <= tolerance * min(h, row_h):
             rows[-1].append(i)

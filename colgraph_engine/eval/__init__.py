@@ -10,3 +10,14 @@ from .metrics import (  # noqa: F401  (re-exports)
     normalize_answer,
     recall_at_k,
 )
+from .datasets import (  # noqa: F401  (re-exports)
+    MMQA,
+    BeirDataset,
+    MMLongBench,
+    MMQAQuestion,
+    Question,
+    load_beir,
+    load_mmlongbench,
+    load_mmqa,
+)
+from .pdf import Page, page_count, render_pdf  # noqa: F401
