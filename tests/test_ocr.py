@@ -71,3 +71,12 @@ def test_missing_package_message(monkeypatch):
     monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)  # makes the import fail
     with pytest.raises(ImportError, match="pip install rapidocr-onnxruntime"):
         RapidOcr()
+
+
+def test_reads_scikit_image_page_scan(ocr):
+    # scikit-image's bundled scan of a printed page (uneven lighting, grey [H, W])
+    skdata = pytest.importorskip("skimage.data")
+    text = ocr(skdata.page()).text.lower()
+    for word in ("segmentation", "markers", "coins", "background", "histogram"):
+        assert word in text
+    assert text.index("segmentation") < text.index("histogram")  # reading order
