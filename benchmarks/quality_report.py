@@ -28,7 +28,8 @@ Exactness: for every question and crop, the engine's scores are compared with
 ``(Q @ P.T).amax(1).sum()`` in float64 torch on the same vectors; rankings must agree up to ties
 (score gaps below 1e-4). Any disagreement exits with status 1.
 
-Writes ``results/quality.md``, ``.json`` and ``.png`` beside this file (or under ``--out``).
+Writes ``results/quality.md``, ``.json`` and ``.png`` beside this file (``quality_ocr.*`` with
+``--ocr``; ``--out`` and ``--name`` change the folder and stem).
 """
 from __future__ import annotations
 
@@ -67,7 +68,11 @@ def parse_args(argv=None):
     ap.add_argument("--ocr", action="store_true", help="OCR pages of documents without a text layer")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    return ap.parse_args(argv)
+    ap.add_argument("--name", default=None, help="output file stem (default: quality, or quality_ocr with --ocr)")
+    args = ap.parse_args(argv)
+    if args.name is None:
+        args.name = "quality_ocr" if args.ocr else "quality"
+    return args
 
 
 def reference_scores(q: torch.Tensor, pages: list[torch.Tensor]) -> torch.Tensor:
@@ -269,10 +274,10 @@ def main(argv=None) -> int:
     bad += image_side(args, ds, report)
     ocr_throughput(ds, report)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quality.json").write_text(json.dumps(report, indent=1, default=str))
+    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1, default=str))
     lines = render_markdown(report, args)
-    (args.out / "quality.md").write_text("\n".join(lines) + "\n")
-    plot(report, args.out / "quality.png")
+    (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    plot(report, args.out / f"{args.name}.png")
     print("\n".join(lines))
     if bad:
         print(f"\nEXACTNESS FAILED: {bad} rankings differ from the torch reference")
