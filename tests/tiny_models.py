@@ -44,3 +44,35 @@ def tiny_qwen2(folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
+
+
+def tiny_paligemma(folder: Path, seed: int = 0) -> Path:
+    """A ColPali (PaliGemma: SigLIP vision, Gemma text; 1 layer each, hidden 32) and its processor
+    with 28-pixel images (4 image tokens)."""
+    from colpali_engine.models import ColPali, ColPaliProcessor
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PaliGemmaConfig, PreTrainedTokenizerFast, SiglipImageProcessor
+
+    specials = ["<pad>", "<eos>", "<bos>", "<image>"]
+    vocab = {w: i for i, w in enumerate(specials + ["[UNK]", "Describe", "the", "image.", "Question:", "mount",
+                                                    "fuji", "train", "\n"])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="<pad>", eos_token="<eos>",
+                                  bos_token="<bos>")
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    image_processor = SiglipImageProcessor(size={"height": 28, "width": 28})
+    image_processor.image_seq_length = 4
+    processor = ColPaliProcessor(image_processor=image_processor, tokenizer=tok)
+    config = PaliGemmaConfig(
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=14, projection_dim=32),
+        text_config=dict(model_type="gemma", vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16, pad_token_id=0),
+        image_token_index=vocab["<image>"], projection_dim=32, architectures=["ColPali"])
+    torch.manual_seed(seed)
+    model = ColPali(config).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder

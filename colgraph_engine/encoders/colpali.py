@@ -13,7 +13,10 @@ What scores (the masks applied before packing):
 * queries: attended positions minus the tokenizer's special tokens (BOS, EOS, role markers),
   except the query-augmentation token the model was trained to use as a buffer; padding never
   scores in either case.
-Vectors come out L2-normalised by the model (``dim`` is usually 128).
+Vectors come out L2-normalised by the model (``dim`` is usually 128). PaliGemma-based ColPali
+attends over its whole prefix, so a query's vectors shift slightly with the padding of its batch
+(a property of the model; batch queries of similar length, or use ``batch_size=1`` for
+bit-stable vectors).
 """
 from __future__ import annotations
 
@@ -89,6 +92,24 @@ def detect_family(path: Path) -> str:
     return family
 
 
+def _tie_unloaded_heads(model: torch.nn.Module, path: Path) -> None:
+    """Ties a language-model head left on the meta device to the input embeddings, then
+    refuses any other parameter the folder did not provide.
+
+    Checkpoints with tied embeddings omit ``lm_head.weight``; with colpali-engine's key mapping
+    under transformers 5 the head then stays unloaded, and moving the model fails. Retrieval
+    never calls the head, and tying restores what the checkpoint meant.
+    """
+    for module in model.modules():
+        head = getattr(module, "lm_head", None)
+        if isinstance(head, torch.nn.Linear) and head.weight.is_meta and hasattr(module, "get_input_embeddings"):
+            head.weight = module.get_input_embeddings().weight
+    missing = [name for name, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(f"path: {path} does not provide weights for {missing[:5]}"
+                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+
+
 class ColPaliEncoder:
     """Query token vectors and image patch vectors from a ColPali-family model.
 
@@ -117,7 +138,9 @@ class ColPaliEncoder:
         except ImportError:
             raise ImportError("colpali-engine is not installed: `pip install colpali-engine`") from None
         model_cls, proc_cls = (getattr(cm, name) for name in FAMILIES[family])
-        self.model = model_cls.from_pretrained(path, local_files_only=True, dtype=model_dtype).to(self.device).eval()
+        model = model_cls.from_pretrained(path, local_files_only=True, dtype=model_dtype)
+        _tie_unloaded_heads(model, path)
+        self.model = model.to(self.device).eval()
         self.processor = proc_cls.from_pretrained(path, local_files_only=True)
         self.family, self.path, self.image_tokens_only = family, path, image_tokens_only
         self.dim = int(getattr(self.model, "dim", 128))
