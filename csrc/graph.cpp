@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "igraph_runtime.hpp"
 #include "parallel.hpp"
@@ -54,7 +55,7 @@ struct ExpandScratch {
   std::vector<Candidate> cand;
   std::vector<RankKey> keys;
   std::vector<uint8_t> keep_flag;
-  std::vector<int64_t> reached;
+  std::vector<int64_t> reached, sort_buffer;
   QueryResult staging;
   std::vector<uint8_t> state;
   std::vector<int64_t> state_touched;
@@ -95,6 +96,34 @@ void ScratchPool::release(std::unique_ptr<ExpandScratch> s) {
 }
 
 namespace {
+
+// Sorts non-negative ids below `bound` ascending. Least-significant-digit radix sort, 11 bits
+// per pass: a query's induced subgraph lists tens of thousands of edges, where a comparison
+// sort costs more than finding them. Small inputs go to std::sort.
+void sort_ids(std::vector<int64_t>& ids, int64_t bound, std::vector<int64_t>& buffer) {
+  const size_t n = ids.size();
+  if (n < 1024) {
+    std::sort(ids.begin(), ids.end());
+    return;
+  }
+  constexpr int kBits = 11;
+  constexpr size_t kBuckets = size_t{1} << kBits;
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < bound) ++bits;
+  buffer.resize(n);
+  int64_t* src = ids.data();
+  int64_t* dst = buffer.data();
+  size_t count[kBuckets];
+  for (int shift = 0; shift < bits; shift += kBits) {
+    std::fill(count, count + kBuckets, 0);
+    for (size_t i = 0; i < n; ++i) ++count[(src[i] >> shift) & (kBuckets - 1)];
+    size_t total = 0;
+    for (size_t b = 0; b < kBuckets; ++b) total += std::exchange(count[b], total);
+    for (size_t i = 0; i < n; ++i) dst[count[(src[i] >> shift) & (kBuckets - 1)]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != ids.data()) std::copy(src, src + n, ids.data());
+}
 
 // A worker's borrowed scratch, returned to the pool when the worker ends.
 struct ScratchLease {
@@ -328,7 +357,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
   const bool use_out = opt.direction != Direction::In, use_in = opt.direction != Direction::Out;
   const bool all_edge_kinds = opt.edge_kind_mask == ~0ull, all_node_kinds = opt.node_kind_mask == ~0ull;
   const bool merge = opt.merge_aliases && !group_members_.empty();
-  const int64_t n_docs = max_doc_ + 1;
+  const int64_t n_docs = max_doc_ + 1, m_edges = n_edges();
   std::vector<QueryResult> results(nq);
 
   parallel_tasks<ScratchLease>(nq, num_threads, [&](int64_t q, ScratchLease& lease) {
@@ -533,7 +562,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
             if (s.state[nb[j]] == kReached) take(oi[lo + j]);
         }
       }
-      std::sort(r.edges.begin(), r.edges.end());
+      sort_ids(r.edges, m_edges, s.sort_buffer);
     }
     results[q] = r;  // exact-size copy; the staging buffers stay with the thread
     s.reset();
