@@ -42,19 +42,26 @@ def write(path: str | os.PathLike, format_name: str, version: int, meta: dict, a
 
 
 def read_manifest(path: Path, format_name: str, version: int) -> dict:
+    """The manifest of an array directory: :func:`read_versioned_json` plus its file table."""
+    m = read_versioned_json(path, format_name, version)
+    if not isinstance(m.get("files"), dict):
+        raise FormatError(f"{path / 'manifest.json'}: field 'files' missing or invalid")
+    return m
+
+
+def read_versioned_json(path: Path, format_name: str, version: int) -> dict:
+    """``path/manifest.json`` as a dict, checked to exist, parse, and carry `format_name` and `version`."""
     mf = path / "manifest.json"
     if not mf.is_file():
         raise FormatError(f"{path}: not a {format_name} directory (no manifest.json)")
     try:
-        m = json.loads(mf.read_text())
+        m = json.loads(mf.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise FormatError(f"{mf}: not valid JSON ({exc})") from None
     if not isinstance(m, dict) or m.get("format") != format_name:
         raise FormatError(f"{mf}: not a {format_name} manifest")
     if m.get("version") != version:
         raise FormatError(f"{mf}: format version {m.get('version')!r}, this build reads {version}")
-    if not isinstance(m.get("files"), dict):
-        raise FormatError(f"{mf}: field 'files' missing or invalid")
     return m
 
 

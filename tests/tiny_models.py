@@ -12,6 +12,16 @@ WORDS = ["[UNK]", "user", "describe", "the", "image.", "query:", "mount", "fuji"
          "window", "Describe"]
 
 
+def _save(model_cls, config, processor, folder: Path, seed: int) -> Path:
+    """Initialises `model_cls(config)` from `seed` and saves it with `processor` into `folder`."""
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
 def tiny_qwen2(folder: Path, seed: int = 0) -> Path:
     """A ColQwen2 with 1 vision block and 1 text layer (hidden 32, dim 128) and its processor."""
     from colpali_engine.models import ColQwen2, ColQwen2Processor
@@ -38,12 +48,7 @@ def tiny_qwen2(folder: Path, seed: int = 0) -> Path:
                            spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
         image_token_id=vocab["<|image_pad|>"], video_token_id=vocab["<|video_pad|>"],
         vision_start_token_id=vocab["<|vision_start|>"], architectures=["ColQwen2"])
-    torch.manual_seed(seed)
-    model = ColQwen2(config).eval()
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return _save(ColQwen2, config, processor, folder, seed)
 
 
 def tiny_paligemma(folder: Path, seed: int = 0) -> Path:
@@ -70,9 +75,4 @@ def tiny_paligemma(folder: Path, seed: int = 0) -> Path:
         text_config=dict(model_type="gemma", vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16, pad_token_id=0),
         image_token_index=vocab["<image>"], projection_dim=32, architectures=["ColPali"])
-    torch.manual_seed(seed)
-    model = ColPali(config).eval()
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return _save(ColPali, config, processor, folder, seed)

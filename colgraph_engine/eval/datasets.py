@@ -178,11 +178,15 @@ def _literal_list(value, where: str) -> list:
     return parsed
 
 
-def _read_page_counts(path: Path) -> dict[str, int]:
+def _read_json(path: Path):
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: invalid JSON ({e.msg})") from None
+
+
+def _read_page_counts(path: Path) -> dict[str, int]:
+    data = _read_json(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object mapping PDF names to page counts")
     for k, v in data.items():
@@ -260,10 +264,7 @@ def load_mmlongbench(
         doc_filter = set(doc_ids)
         if not all(isinstance(d, str) for d in doc_filter):
             raise TypeError("doc_ids: expected str PDF names")
-    try:
-        samples = json.loads(samples_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{samples_path}: invalid JSON ({e.msg})") from None
+    samples = _read_json(samples_path)
     if not isinstance(samples, list):
         raise ValueError(f"{samples_path}: expected a JSON list of samples, got {type(samples).__name__}")
 

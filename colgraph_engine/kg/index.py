@@ -556,16 +556,7 @@ def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
 
 def _read_manifest(path: Path) -> dict:
     mf = path / "manifest.json"
-    if not mf.is_file():
-        raise IndexFormatError(f"{path}: not a knowledge index (no manifest.json)")
-    try:
-        m = json.loads(mf.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IndexFormatError(f"{mf}: not valid JSON ({exc})") from None
-    if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(f"{mf}: not a {INDEX_FORMAT} manifest")
-    if m.get("version") != INDEX_VERSION:
-        raise IndexFormatError(f"{mf}: format version {m.get('version')!r}, this build reads {INDEX_VERSION}")
+    m = _arraydir.read_versioned_json(path, INDEX_FORMAT, INDEX_VERSION)
     ok = (m.get("dtype") in _DTYPES_BY_NAME and isinstance(m.get("dims"), dict)
           and all(s in STORES and isinstance(d, int) and not isinstance(d, bool) and d > 0 for s, d in m["dims"].items())
           and isinstance(m.get("encoders"), dict) and isinstance(m.get("parts"), dict)
