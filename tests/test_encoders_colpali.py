@@ -1,4 +1,4 @@
-"""colpali-engine adapter on tiny random ColQwen2 and ColPali (PaliGemma) models saved to disk:
+"""colpali-engine adapter on tiny random ColQwen2, ColQwen2.5 and ColPali (PaliGemma) models saved to disk:
 local loading, masks, batching, dtypes, and clear errors for missing or partial model folders."""
 import json
 import shutil
@@ -13,7 +13,7 @@ from colgraph_engine.encoders.colpali import ColPaliEncoder, check_model_dir, de
 
 from .tiny_models import tiny_paligemma, tiny_qwen2  # noqa: E402
 
-BUILDERS = {"colqwen2": tiny_qwen2, "colpali": tiny_paligemma}
+BUILDERS = {"colqwen2": tiny_qwen2, "colqwen2_5": lambda d: tiny_qwen2(d, version="2.5"), "colpali": tiny_paligemma}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))

@@ -22,13 +22,9 @@ def _save(model_cls, config, processor, folder: Path, seed: int) -> Path:
     return folder
 
 
-def tiny_qwen2(folder: Path, seed: int = 0) -> Path:
-    """A ColQwen2 with 1 vision block and 1 text layer (hidden 32, dim 128) and its processor."""
-    from colpali_engine.models import ColQwen2, ColQwen2Processor
+def _qwen_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2VLConfig
-    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {w: i for i, w in enumerate(SPECIALS + WORDS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -37,18 +33,36 @@ def tiny_qwen2(folder: Path, seed: int = 0) -> Path:
     tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="<|endoftext|>",
                                   eos_token="<|im_end|>", bos_token="<|im_start|>")
     tok.add_special_tokens({"additional_special_tokens": SPECIALS})
-    processor = ColQwen2Processor(image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16),
-                                  tokenizer=tok, video_processor=Qwen2VLVideoProcessor())
-    config = Qwen2VLConfig(
+    return vocab, tok
+
+
+def tiny_qwen2(folder: Path, seed: int = 0, version: str = "2") -> Path:
+    """A ColQwen2 (``version="2"``) or ColQwen2.5 (``"2.5"``) with 1 vision block and 1 text layer
+    (hidden 32, dim 128) and its processor."""
+    import colpali_engine.models as cm
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    vocab, tok = _qwen_tokenizer()
+    model_cls, proc_cls, config_cls = {
+        "2": (cm.ColQwen2, cm.ColQwen2Processor, Qwen2VLConfig),
+        "2.5": (cm.ColQwen2_5, cm.ColQwen2_5_Processor, Qwen2_5_VLConfig)}[version]
+    processor = proc_cls(image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16),
+                         tokenizer=tok, video_processor=Qwen2VLVideoProcessor())
+    vision = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    if version == "2.5":
+        vision.update(intermediate_size=64, out_hidden_size=32, window_size=56, fullatt_block_indexes=[0])
+    config = config_cls(
         text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
                          rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]},
                          bos_token_id=vocab["<|im_start|>"], eos_token_id=vocab["<|im_end|>"]),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+        vision_config=vision,
         image_token_id=vocab["<|image_pad|>"], video_token_id=vocab["<|video_pad|>"],
-        vision_start_token_id=vocab["<|vision_start|>"], architectures=["ColQwen2"])
-    return _save(ColQwen2, config, processor, folder, seed)
+        vision_start_token_id=vocab["<|vision_start|>"], architectures=[model_cls.__name__])
+    return _save(model_cls, config, processor, folder, seed)
 
 
 def tiny_paligemma(folder: Path, seed: int = 0) -> Path:
