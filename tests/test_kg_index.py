@@ -400,3 +400,37 @@ def test_pixel_encoder_shapes_and_checks():
         enc.patch_vectors([np.zeros((4, 4, 3), np.float32)])
     with pytest.raises(ValueError, match="grid"):
         PixelPatchEncoder(grid=0)
+
+
+# -- concurrent writers ----------------------------------------------------------------------------
+
+def test_a_stale_index_object_cannot_overwrite_a_newer_commit(tmp_path):
+    from colgraph_engine.kg import IndexConflictError
+    a = KnowledgeIndex.create(tmp_path / "idx", ENC)
+    b = KnowledgeIndex.open(tmp_path / "idx", ENC)      # reads generation 1
+    a.add_documents(small_docs()[:1])                     # commits generation 2
+    with pytest.raises(IndexConflictError, match="changed on disk since it was read"):
+        b.add_documents(small_docs()[1:2])
+    assert b.documents == [] and KnowledgeIndex.open(tmp_path / "idx").documents == ["fuji"]
+    a.remove_document("fuji")
+    b = KnowledgeIndex.open(tmp_path / "idx", ENC)
+    b.add_documents(small_docs()[1:2])
+    assert KnowledgeIndex.open(tmp_path / "idx").documents == ["tokyo"]
+
+
+def test_a_held_writer_lock_refuses_changes(tmp_path):
+    import fcntl
+
+    from colgraph_engine.kg import IndexConflictError
+    idx = KnowledgeIndex.create(tmp_path / "idx", ENC)
+    fd = os.open(tmp_path / "idx" / ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)                        # another writer at work
+    try:
+        with pytest.raises(IndexConflictError, match="another writer"):
+            idx.add_documents(small_docs()[:1])
+        parts = tmp_path / "idx" / "parts"
+        assert idx.documents == [] and (not parts.exists() or not os.listdir(parts))
+    finally:
+        os.close(fd)
+    idx.add_documents(small_docs()[:1])
+    assert KnowledgeIndex.open(tmp_path / "idx").documents == ["fuji"]

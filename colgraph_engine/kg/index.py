@@ -13,7 +13,10 @@ Directory layout::
 folder, fsync, rename), then replaces the manifest (temporary file, fsync, ``os.replace``, fsync
 of the folder), and only then deletes parts the new manifest no longer names. A crash at any
 point leaves either the previous or the new manifest, and every part that manifest names is
-complete; parts no manifest names are removed by the next change. One process writes at a time.
+complete; parts no manifest names are removed by the next change. Writers take an exclusive
+lock on ``.lock`` (``flock``) for the whole change, and a change is refused with
+:class:`IndexConflictError` when another writer holds it or when the manifest's generation is
+not the one this object read (someone else committed since): nothing is overwritten unseen.
 
 In memory, the documents' graphs are kept per document and the vectors in one
 :class:`~colgraph_engine.store.PackedStore` per store, keyed by a stable item id
@@ -26,6 +29,8 @@ re-extracted or re-encoded.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -53,6 +58,10 @@ UID_SHIFT = 32
 MAX_DOC_NUMBER = 2**31 - 1
 
 IndexFormatError = _arraydir.FormatError
+
+
+class IndexConflictError(RuntimeError):
+    """Another writer holds the index, or changed it since this object read it (reopen it)."""
 
 
 @dataclass
@@ -133,7 +142,8 @@ class KnowledgeIndex:
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
-        index._commit({}, {})
+        with index._writer(check_generation=False):
+            index._commit({}, {})
         return index
 
     @classmethod
@@ -202,14 +212,15 @@ class KnowledgeIndex:
         old = self.path, self._parts, self._generation
         self.path, self._parts, self._generation = path, {}, 0
         try:
-            if self._docs:
-                docs = [self._stored(doc_id) for doc_id in self._docs]
-                part = self._write_part(docs)
-                self._commit({part: docs}, {})
-                for d in docs:
-                    self._docs[d.graph.doc_id].part = part
-            else:
-                self._commit({}, {})
+            with self._writer(check_generation=False):
+                if self._docs:
+                    docs = [self._stored(doc_id) for doc_id in self._docs]
+                    part = self._write_part(docs)
+                    self._commit({part: docs}, {})
+                    for d in docs:
+                        self._docs[d.graph.doc_id].part = part
+                else:
+                    self._commit({}, {})
         except BaseException:
             self.path, self._parts, self._generation = old
             raise
@@ -262,12 +273,13 @@ class KnowledgeIndex:
             stored.append(StoredDocument(self._next_number + i, g, v))
         part = ""
         if self.path is not None:
-            part = self._write_part(stored)
-            try:
-                self._commit({part: stored}, {})
-            except BaseException:
-                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
-                raise
+            with self._writer():
+                part = self._write_part(stored)
+                try:
+                    self._commit({part: stored}, {})
+                except BaseException:
+                    shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+                    raise
         self._apply_add(stored, [part] * len(stored))
         if progress:
             total = {k: sum(g.counts[k] for g in graphs) for k in _COUNTED + ("errors", "warnings")}
@@ -285,17 +297,18 @@ class KnowledgeIndex:
         siblings = [d for d, e in self._docs.items() if e.part == entry.part and d != doc_id]
         new_part = ""
         if self.path is not None:
-            kept = [self._stored(d) for d in siblings]
-            written = {}
-            if kept:
-                new_part = self._write_part(kept)
-                written[new_part] = kept
-            try:
-                self._commit(written, {entry.part: None}, removed={doc_id})
-            except BaseException:
-                if new_part:
-                    shutil.rmtree(self.path / "parts" / new_part, ignore_errors=True)
-                raise
+            with self._writer():
+                kept = [self._stored(d) for d in siblings]
+                written = {}
+                if kept:
+                    new_part = self._write_part(kept)
+                    written[new_part] = kept
+                try:
+                    self._commit(written, {entry.part: None}, removed={doc_id})
+                except BaseException:
+                    if new_part:
+                        shutil.rmtree(self.path / "parts" / new_part, ignore_errors=True)
+                    raise
         # committed (or in memory only): now change memory
         for store, ids in self._uids_of(entry).items():
             if ids.size:
@@ -439,6 +452,24 @@ class KnowledgeIndex:
             torch.cumsum(lengths, 0, out=offsets[1:])
             vectors[store] = ItemVectors(uids & ((1 << UID_SHIFT) - 1), torch.cat(rows), offsets)
         return StoredDocument(entry.number, entry.graph, vectors)
+
+    @contextlib.contextmanager
+    def _writer(self, *, check_generation: bool = True):
+        """Holds the directory's writer lock; refuses to write over a newer generation."""
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise IndexConflictError(f"{self.path}: another writer is changing this index") from None
+            if check_generation:
+                on_disk = _read_manifest(self.path)["generation"]
+                if on_disk != self._generation:
+                    raise IndexConflictError(f"{self.path}: changed on disk since it was read (generation {on_disk}, "
+                                             f"this index has {self._generation}); open it again")
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def _write_part(self, docs: list[StoredDocument]) -> str:
         name = f"p{self._generation + 1:06d}-{uuid.uuid4().hex[:8]}"
@@ -594,4 +625,5 @@ def _lookup(sorted_uids: np.ndarray, uids, name: str) -> np.ndarray:
     return pos.astype(np.int64)
 
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "IndexFormatError", "KnowledgeIndex", "make_uid", "EdgeKind"]
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "IndexConflictError", "IndexFormatError", "KnowledgeIndex", "make_uid",
+           "EdgeKind"]
