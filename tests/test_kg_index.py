@@ -434,3 +434,27 @@ def test_a_held_writer_lock_refuses_changes(tmp_path):
         os.close(fd)
     idx.add_documents(small_docs()[:1])
     assert KnowledgeIndex.open(tmp_path / "idx").documents == ["fuji"]
+
+
+def test_bad_arguments_are_named():
+    idx = KnowledgeIndex(ENC)
+    idx.add_documents(small_docs()[2:])
+    with pytest.raises(ValueError, match="node: expected a node id"):
+        idx.describe_node(-1)
+    with pytest.raises(ValueError, match="node: expected a node id"):
+        idx.describe_node(idx.graph.n_nodes)
+    with pytest.raises(TypeError, match="uids: expected integer ids"):
+        idx.nodes_of_uids([1.5])
+    with pytest.raises(TypeError, match="doc_id: expected str"):
+        idx.remove_document(3)
+    with pytest.raises(ValueError, match=r"vectors: expected one dict per document \(1\)"):
+        idx.add_documents(small_docs()[:1], vectors=[])
+    with pytest.raises(TypeError, match=r"docs\[0\]: expected a DocumentInput"):
+        idx.add_documents(["text"])
+    with pytest.raises(ValueError, match="dims"):
+        KnowledgeIndex(None, dims={"bogus": 3})
+    with pytest.raises(TypeError, match="dtype"):
+        KnowledgeIndex(ENC, dtype=torch.int32)
+    with pytest.raises(TypeError, match="encoders"):
+        KnowledgeIndex("offline")
+    assert idx.documents == ["osaka"]
