@@ -1,0 +1,166 @@
+"""What every dialect's parser shares: delimiter and marker patterns, the collector that turns
+fields into checked records and issues, and line/field helpers."""
+from __future__ import annotations
+
+import bisect
+import math
+import re
+
+from ..records import (
+    EntityRecord, ExtractionFormatError, MappingRecord, ParseIssue, ParseResult, Position,
+    RelationRecord, SceneObject, SceneRelation, clean_field, normalize_name,
+)
+
+CURRENT_DELIMITER = "<|#|>"
+TUPLE_DELIMITER = "<|>"
+
+# Anything that looks like a field delimiter, including the corruptions models produce:
+# <|#|> <|#> <#|> <#> <<|#|>> (hash forms), <|> <||> <<|>> (pipe forms), and the hash form
+# with one bracket lost. Which spelling is "clean" depends on the dialect; the rest are repairs.
+_DELIM = re.compile(
+    r"<{1,2}\s*\|{0,2}\s*#{1,2}\s*\|{0,2}\s*>{1,2}"
+    r"|<{1,2}\s*\|{1,2}\s*>{1,2}"
+    r"|<\|#\|"
+    r"|\|#\|>"
+)
+_COMPLETE = re.compile(r"<\|?\s*COMPLETE\s*\|?>", re.IGNORECASE)
+_FENCE_LINE = re.compile(r"^[ \t]*```[\w-]*[ \t]*$", re.MULTILINE)
+_BULLET = re.compile(r"^\s*(?:[-*]\s+)?")
+
+
+def _check_args(text: object, strict: object) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected str, got {type(text).__name__}")
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict: expected bool, got {type(strict).__name__}")
+
+
+class _Collector:
+    """Accumulates records and issues for one response, then builds the result."""
+
+    def __init__(self, text: str, strict: bool):
+        self.text = text
+        self.strict = strict
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.entities: list[EntityRecord] = []
+        self.relations: list[RelationRecord] = []
+        self.mappings: list[MappingRecord] = []
+        self.objects: list[SceneObject] = []
+        self.scene_relations: list[SceneRelation] = []
+        self.issues: list[ParseIssue] = []
+        self.skipped = 0
+        self.ignored = 0
+
+    def pos(self, offset: int) -> Position:
+        return (bisect.bisect_right(self._line_starts, offset), offset)
+
+    def warn(self, pos: Position, reason: str, raw: str, detail: str = "") -> None:
+        self.issues.append(ParseIssue(pos, reason, raw, "warning", detail))
+
+    def reject(self, pos: Position, reason: str, raw: str, detail: str = "", severity: str = "error") -> None:
+        """Drops a record: an ``error`` (malformed) or a ``skip`` (dropped by rule)."""
+        self.issues.append(ParseIssue(pos, reason, raw, severity, detail))
+        self.skipped += 1
+
+    def number(self, value: str, pos: Position, raw: str, what: str) -> float | None:
+        """Tolerant float parsing ("8", "8.0", " 0.9 ", '"7"'); rejects the record otherwise."""
+        cleaned = clean_field(value)
+        try:
+            number = float(cleaned)
+        except ValueError:
+            self.reject(pos, f"non-numeric {what}", raw, f"got {cleaned!r}")
+            return None
+        if not math.isfinite(number) or number < 0:
+            self.reject(pos, f"invalid {what}", raw, f"expected a finite number >= 0, got {cleaned!r}")
+            return None
+        return number
+
+    def add_entity(self, pos: Position, raw: str, name: str, type_: str, description: str) -> None:
+        name, type_, description = clean_field(name), clean_field(type_), clean_field(description)
+        if not normalize_name(name):
+            self.reject(pos, "empty name", raw, "entity name")
+            return
+        if not type_:
+            self.reject(pos, "empty type", raw, f"entity {name!r}")
+            return
+        if not description:
+            self.warn(pos, "empty description", raw, f"entity {name!r}")
+        self.entities.append(EntityRecord(name, type_, description, pos))
+
+    def add_relation(self, pos: Position, raw: str, source: str, target: str, keywords: str,
+                     description: str, weight: float | None) -> None:
+        source, target = clean_field(source), clean_field(target)
+        if not normalize_name(source) or not normalize_name(target):
+            self.reject(pos, "empty name", raw, "relation source" if not normalize_name(source) else "relation target")
+            return
+        # A relation from a node to itself adds no edge worth retrieving and breaks undirected
+        # merging; it is dropped in both modes, but reported.
+        if normalize_name(source) == normalize_name(target):
+            self.reject(pos, "self-loop", raw, f"{source!r} -> {target!r}", severity="skip")
+            return
+        self.relations.append(RelationRecord(source, target, clean_field(keywords), clean_field(description), weight, pos))
+
+    def finish(self, dialect: str | None, complete: bool, no_records_check: bool = True) -> ParseResult:
+        found = self.entities or self.relations or self.mappings or self.objects or self.scene_relations
+        if no_records_check and not found and not self.skipped and not self.ignored:
+            self.issues.append(ParseIssue(self.pos(0), "no records", self.text[:200], "error",
+                                          f"no {dialect or 'known-dialect'} record found"))
+            complete = False
+        result = ParseResult(
+            dialect=dialect, entities=tuple(self.entities), relations=tuple(self.relations),
+            mappings=tuple(self.mappings), objects=tuple(self.objects),
+            scene_relations=tuple(self.scene_relations), issues=tuple(self.issues),
+            complete=complete, skipped=self.skipped, ignored=self.ignored)
+        if self.strict and result.errors:
+            raise ExtractionFormatError(result.issues)
+        return result
+
+
+def _blank_fences(text: str) -> str:
+    """Replaces code-fence lines by spaces, keeping every offset valid."""
+    return _FENCE_LINE.sub(lambda m: " " * len(m.group(0)), text)
+
+
+def _cut_at_completion(col: _Collector, text: str) -> tuple[str, bool]:
+    """Returns the text before the completion marker and whether the marker was there."""
+    match = _COMPLETE.search(text)
+    if match is None:
+        col.issues.append(ParseIssue(col.pos(len(text)), "no completion marker", text[-80:], "error",
+                                     "the response may have been cut off"))
+        return text, False
+    tail = text[match.end():]
+    if tail.strip():
+        col.warn(col.pos(match.end()), "text after completion marker", tail.strip()[:200], "ignored")
+    # Keep the length so that offsets stay valid.
+    return text[:match.start()] + " " * (len(text) - match.start()), True
+
+
+def _split_fields(body: str, clean: str) -> tuple[list[str], list[str]]:
+    """Splits on anything delimiter-like; returns the fields and the non-clean delimiters seen."""
+    fields = _DELIM.split(body)
+    if clean.join(fields) == body:  # every delimiter was the clean one (the common case)
+        return fields, []
+    odd = sorted({m.group(0) for m in _DELIM.finditer(body) if m.group(0) != clean})
+    return fields, odd
+
+
+def _kind(field: str) -> str:
+    return clean_field(field).lower().replace(" ", "_")
+
+
+def _looks_numeric(field: str) -> bool:
+    try:
+        float(clean_field(field))
+    except ValueError:
+        return False
+    return True
+
+
+def _records_by_line(col, body: str):
+    """Yields ``(position, stripped line, line without a leading bullet)`` for non-blank lines."""
+    offset = 0
+    for line in body.splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
+        raw = line.strip()
+        if raw:
+            yield col.pos(start + len(line) - len(line.lstrip())), raw, _BULLET.sub("", raw, count=1)
