@@ -109,6 +109,12 @@ class PackedStore:
             self._lookup = (s, order)
         return self._lookup
 
+    def ids_between(self, low: int, high: int) -> torch.Tensor:
+        """Live ids in ``[low, high)``, ascending (a range lookup in the sorted id cache)."""
+        s, order = self._sorted_ids()
+        a, b = (int(torch.searchsorted(s, torch.tensor(x, dtype=torch.int64, device=s.device))) for x in (low, high))
+        return s[a:b][self._alive[order[a:b]]]
+
     def positions(self, ids: torch.Tensor | Sequence[int], *, allow_deleted: bool = False,
                   name: str = "ids") -> torch.Tensor:
         """``[K]`` int64 positions of external `ids`; ValueError for unknown (or deleted) ids.

@@ -458,3 +458,12 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="encoders"):
         KnowledgeIndex("offline")
     assert idx.documents == ["osaka"]
+
+
+def test_folder_arguments_are_checked():
+    with pytest.raises(TypeError, match="path: expected a str or os.PathLike"):
+        KnowledgeIndex.open(3)
+    with pytest.raises(TypeError, match="path: expected a str or os.PathLike"):
+        KnowledgeIndex.create(None, ENC)
+    with pytest.raises(TypeError, match="path: expected a str or os.PathLike"):
+        KnowledgeIndex(ENC).save(["x"])

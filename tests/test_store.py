@@ -222,3 +222,12 @@ def test_constructor_rejects_bad_arguments():
         PackedStore(8, torch.float64)
     with pytest.raises(TypeError, match="normalize"):
         PackedStore(8, normalize="yes")
+
+
+def test_ids_between_lists_live_ids_in_range():
+    store = cg.PackedStore(4)
+    store.add([torch.randn(2, 4) for _ in range(5)], ids=[40, 3, 17, 25, 8])
+    store.delete([17])
+    assert store.ids_between(5, 30).tolist() == [8, 25]
+    assert store.ids_between(0, 3).tolist() == []
+    assert store.ids_between(0, 100).tolist() == [3, 8, 25, 40]

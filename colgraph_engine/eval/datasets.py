@@ -435,6 +435,16 @@ def _beir_id(value, at: str) -> str:
     return str(value)
 
 
+def _unique_id_lines(path: Path, seen: dict):
+    """``(where, _id, object)`` per JSON line of `path`; an ``_id`` already in `seen` is an error."""
+    for lineno, obj in _jsonl(path):
+        at = f"{path}: line {lineno}"
+        item_id = _beir_id(obj.get("_id"), at)
+        if item_id in seen:
+            raise ValueError(f"{at}: duplicate _id {item_id!r}")
+        yield at, item_id, obj
+
+
 def _read_qrels(path: Path, corpus: dict, queries: dict) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
     with open(path, encoding="utf-8") as f:
@@ -477,11 +487,7 @@ def load_beir(folder: str | os.PathLike, *, split: str = "test") -> BeirDataset:
         _require_file(p, name)
 
     corpus: dict[str, dict] = {}
-    for lineno, obj in _jsonl(paths["corpus"]):
-        at = f"{paths['corpus']}: line {lineno}"
-        doc_id = _beir_id(obj.get("_id"), at)
-        if doc_id in corpus:
-            raise ValueError(f"{at}: duplicate _id {doc_id!r}")
+    for at, doc_id, obj in _unique_id_lines(paths["corpus"], corpus):
         entry = {k: v for k, v in obj.items() if k != "_id"}
         image = entry.get("image")
         if image is not None:
@@ -491,11 +497,7 @@ def load_beir(folder: str | os.PathLike, *, split: str = "test") -> BeirDataset:
         corpus[doc_id] = entry
 
     queries: dict[str, str] = {}
-    for lineno, obj in _jsonl(paths["queries"]):
-        at = f"{paths['queries']}: line {lineno}"
-        qid = _beir_id(obj.get("_id"), at)
-        if qid in queries:
-            raise ValueError(f"{at}: duplicate _id {qid!r}")
+    for at, qid, obj in _unique_id_lines(paths["queries"], queries):
         if not isinstance(obj.get("text"), str):
             raise ValueError(f"{at}: missing or non-string field 'text'")
         queries[qid] = obj["text"]

@@ -81,6 +81,12 @@ class _Assembly:
     edge_uid: np.ndarray         # [m] sorted
 
 
+def _as_dir(path, name: str = "path") -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected a str or os.PathLike folder, got {type(path).__name__}")
+    return Path(path)
+
+
 def make_uid(number: int | np.ndarray, local: np.ndarray) -> np.ndarray:
     return (np.asarray(number, np.int64) << UID_SHIFT) | np.asarray(local, np.int64)
 
@@ -134,7 +140,7 @@ class KnowledgeIndex:
                overwrite: bool = False) -> KnowledgeIndex:
         """A new, empty index committed to directory `path` (which must not hold one, unless
         `overwrite`)."""
-        path = Path(path)
+        path = _as_dir(path)
         if (path / "manifest.json").exists() and not overwrite:
             raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
         index = cls(encoders, dtype=dtype, dims=dims)
@@ -159,7 +165,7 @@ class KnowledgeIndex:
         Raises ``FormatError`` (a ValueError) when the directory is missing, truncated, tampered
         with or inconsistent.
         """
-        path = Path(path)
+        path = _as_dir(path)
         m = _read_manifest(path)
         dtype = _DTYPES_BY_NAME[m["dtype"]]
         dims = m["dims"]
@@ -203,7 +209,7 @@ class KnowledgeIndex:
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Writes this (in-memory) index to a new directory `path` as a single part, and makes
         `path` its backing directory."""
-        path = Path(path)
+        path = _as_dir(path)
         if (path / "manifest.json").exists() and not overwrite:
             raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
         if overwrite and path.exists():
@@ -428,13 +434,9 @@ class KnowledgeIndex:
         self._assembly = None
 
     def _uids_of(self, entry: _Entry) -> dict[str, np.ndarray]:
-        """Item ids this document holds in each store."""
-        out = {}
-        for store, store_obj in self.stores.items():
-            ids = store_obj.ids[store_obj.alive].numpy()
-            lo, hi = entry.number << UID_SHIFT, (entry.number + 1) << UID_SHIFT
-            out[store] = ids[(ids >= lo) & (ids < hi)]
-        return out
+        """Item ids this document holds in each store, ascending."""
+        lo, hi = entry.number << UID_SHIFT, (entry.number + 1) << UID_SHIFT
+        return {store: st.ids_between(lo, hi).cpu().numpy() for store, st in self.stores.items()}
 
     def _stored(self, doc_id: str) -> StoredDocument:
         entry = self._docs[doc_id]
@@ -442,7 +444,6 @@ class KnowledgeIndex:
         for store, uids in self._uids_of(entry).items():
             if not uids.size:
                 continue
-            uids = np.sort(uids)
             st = self.stores[store]
             pos = st.positions(torch.from_numpy(uids))
             off = st.offsets

@@ -50,7 +50,8 @@ def _decode_strings(blob: np.ndarray, offsets: np.ndarray, where: Path) -> list[
         raise _arraydir.FormatError(f"{where}: string column is not UTF-8 ({exc})") from None
 
 
-def _offsets_of(counts: list[int]) -> np.ndarray:
+def _offsets_of(counts) -> np.ndarray:
+    """``[k+1]`` int64 running sums from 0 of ``k`` counts (a list or an array)."""
     out = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=out[1:])
     return out
@@ -71,7 +72,7 @@ def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dty
                                                                     _empty_dtype(name))
     for prov in ("node_prov_offsets", "edge_prov_offsets"):  # per-document CSR -> one CSR
         counts = [np.diff(getattr(g, prov)) for g in graphs]
-        arrays[prov] = _offsets_of(np.concatenate(counts).tolist() if counts else [])
+        arrays[prov] = _offsets_of(np.concatenate(counts) if counts else [])
     for col in ("doc_id", "doc_title") + _NODE_STRINGS + _EDGE_STRINGS:
         if col == "doc_id":
             strings = [g.doc_id for g in graphs]
@@ -86,7 +87,7 @@ def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dty
         values = torch.cat([v.values for v in present]) if present else torch.zeros((0, dim))
         lengths = np.concatenate([np.diff(v.offsets.numpy()) for v in present]) if present else np.zeros(0, np.int64)
         arrays[f"vec.{store}.values"] = _to_disk(values.to(dtype))
-        arrays[f"vec.{store}.offsets"] = _offsets_of(lengths.tolist())
+        arrays[f"vec.{store}.offsets"] = _offsets_of(lengths)
         arrays[f"vec.{store}.local"] = (np.concatenate([v.local for v in present]) if present
                                         else np.zeros(0, np.int64)).astype(np.int64)
         arrays[f"vec.{store}.doc_items"] = _offsets_of([0 if v is None else v.local.size for v in vecs])
