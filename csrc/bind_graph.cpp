@@ -36,10 +36,11 @@ CsrView csr(const py::object& offsets, const py::object& values, int64_t nq, con
   return {o, v};
 }
 
-template <class T>
-py::array_t<T> to_numpy(std::vector<T>&& v) {
-  auto* holder = new std::vector<T>(std::move(v));
-  py::capsule owner(holder, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+template <class T, class Alloc>
+py::array_t<T> to_numpy(std::vector<T, Alloc>&& v) {
+  using Vec = std::vector<T, Alloc>;
+  auto* holder = new Vec(std::move(v));
+  py::capsule owner(holder, [](void* p) { delete static_cast<Vec*>(p); });
   return py::array_t<T>({static_cast<py::ssize_t>(holder->size())}, {sizeof(T)}, holder->data(), owner);
 }
 

@@ -3,10 +3,10 @@
 //
 // Storage: one directed igraph_t holds the topology (edge e runs from[e] -> to[e]); node
 // kind/document/weight and edge kind/weight live beside it in columnar vectors indexed by
-// igraph's vertex and edge ids. Expansion reads igraph's index vectors (oi, ii, os, is) plus
-// an int32 neighbour snapshot laid out along them (see neighbours_), all read-only while
-// worker threads run, and calls no igraph function there (Debian's igraph is built without
-// thread-local error state).
+// igraph's vertex and edge ids. Expansion (expand.cpp) reads igraph's index vectors (from, to,
+// oi, ii, os, is) plus int32 copies of the longest adjacency lists (hub_lists.hpp), all
+// read-only while worker threads run, and calls no igraph function there (Debian's igraph is
+// built without thread-local error state).
 #pragma once
 
 #include <igraph.h>
@@ -15,7 +15,10 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 #include <vector>
+
+#include "hub_lists.hpp"
 
 namespace colgraph {
 
@@ -47,14 +50,31 @@ struct ExpandOptions {
 };
 
 // Per query, concatenated in query order (CSR by node_offsets / edge_offsets).
+// Allocates without value-initialising: a result column is written in full right after it
+// is sized, and zeroing tens of megabytes first would cost as much as the copy itself.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind { using other = UninitAllocator<U>; };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  template <class U>
+  void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) { ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...); }
+};
+template <class T>
+using Column = std::vector<T, UninitAllocator<T>>;
+
 struct Expansion {
-  std::vector<int64_t> node_offsets, nodes, seed, parent, parent_edge;
-  std::vector<int32_t> hop;
-  std::vector<float> score;
-  std::vector<int64_t> edge_offsets, edges;
+  std::vector<int64_t> node_offsets, edge_offsets;
+  Column<int64_t> nodes, seed, parent, parent_edge, edges;
+  Column<int32_t> hop;
+  Column<float> score;
 };
 
-struct ExpandScratch;  // per-thread working memory of an expansion (graph.cpp)
+struct ExpandScratch;  // per-thread working memory of an expansion (expand.cpp)
 
 // Keeps expansion scratch between calls: sizing it to a million-node graph costs more than
 // a batch of queries, so workers borrow one and hand it back.
@@ -104,7 +124,7 @@ class KnowledgeGraph {
 
  private:
   void bulk_load_edges(int64_t m, const int64_t* src, const int64_t* dst);
-  void rebuild_neighbours();
+  void advise_storage();  // huge pages for the arrays expansion reads at random
 
   igraph_t graph_;
   // Columns are as narrow as their ranges allow (memory per edge is a target). A weight column
@@ -113,10 +133,7 @@ class KnowledgeGraph {
   std::vector<int32_t> node_doc_;
   std::vector<float> node_weight_, edge_weight_;
   std::vector<int32_t> alias_of_;                       // [n] group or -1
-  // Traversal snapshot: for each node u, its out-neighbours in igraph's oi order, then its
-  // in-neighbours in ii order, at offset os[u] + is[u]. Scanning it is sequential, where
-  // to[oi[k]] costs a cache miss per edge on a large graph (8 bytes per edge).
-  std::vector<int32_t> neighbours_;
+  HubLists hub_lists_;  // rebuilt after every change of the edges
   std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
   int64_t max_doc_ = -1;
   mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive

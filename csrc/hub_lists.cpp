@@ -1,0 +1,55 @@
+#include "hub_lists.hpp"
+
+#include <algorithm>
+
+#include "huge_pages.hpp"
+
+namespace colgraph {
+
+void HubLists::build(const igraph_t& graph) {
+  const int64_t n = igraph_vcount(&graph), m = igraph_ecount(&graph);
+  const igraph_integer_t *from = VECTOR(graph.from), *to = VECTOR(graph.to), *oi = VECTOR(graph.oi),
+                         *ii = VECTOR(graph.ii), *os = VECTOR(graph.os), *is = VECTOR(graph.is);
+  auto degree = [&](int64_t u) { return (os[u + 1] - os[u]) + (is[u + 1] - is[u]); };
+
+  // The shortest length that may be copied: lengths are counted, then taken longest first until
+  // the next length would overflow the budget (all lists of one length are copied or none, so
+  // the choice does not depend on node ids).
+  const auto budget = static_cast<int64_t>(kIdsPerEdge * static_cast<double>(m));
+  std::vector<int64_t> lists_of_length;
+  for (int64_t u = 0; u < n; ++u) {
+    const int64_t d = degree(u);
+    if (d >= kMinLength) {
+      if (static_cast<int64_t>(lists_of_length.size()) <= d) lists_of_length.resize(d + 1, 0);
+      ++lists_of_length[d];
+    }
+  }
+  int64_t min_length = static_cast<int64_t>(lists_of_length.size()), total = 0;
+  for (int64_t d = min_length - 1; d >= kMinLength; --d) {
+    if (total + d * lists_of_length[d] > budget) break;
+    total += d * lists_of_length[d];
+    min_length = d;
+  }
+
+  const int64_t words = (n + 63) / 64;
+  is_hub_.assign(words, 0);
+  rank_base_.assign(words, 0);
+  start_.assign(1, 0);
+  ids_.clear();
+  ids_.reserve(total);
+  advise_huge_pages(ids_.data(), sizeof(int32_t) * static_cast<size_t>(total), false);
+  int64_t hubs = 0;
+  for (int64_t u = 0; u < n; ++u) {
+    if ((u & 63) == 0) rank_base_[u >> 6] = static_cast<int32_t>(hubs);
+    if (degree(u) < min_length) continue;
+    is_hub_[u >> 6] |= uint64_t{1} << (u & 63);
+    ++hubs;
+    for (igraph_integer_t k = os[u]; k < os[u + 1]; ++k) ids_.push_back(static_cast<int32_t>(to[oi[k]]));
+    for (igraph_integer_t k = is[u]; k < is[u + 1]; ++k) ids_.push_back(static_cast<int32_t>(from[ii[k]]));
+    start_.push_back(static_cast<int64_t>(ids_.size()));
+  }
+  ids_.shrink_to_fit();
+  start_.shrink_to_fit();
+}
+
+}  // namespace colgraph
