@@ -15,7 +15,8 @@ void HubLists::build(const igraph_t& graph) {
   // The shortest length that may be copied: lengths are counted, then taken longest first until
   // the next length would overflow the budget (all lists of one length are copied or none, so
   // the choice does not depend on node ids).
-  const auto budget = static_cast<int64_t>(kIdsPerEdge * static_cast<double>(m));
+  const int64_t words = (n + 63) / 64;
+  const auto budget = static_cast<int64_t>(kBytesPerEdge * static_cast<double>(m)) - 12 * words - 8;  // minus bits, ranks, start_[0]
   std::vector<int64_t> lists_of_length;
   for (int64_t u = 0; u < n; ++u) {
     const int64_t d = degree(u);
@@ -24,14 +25,14 @@ void HubLists::build(const igraph_t& graph) {
       ++lists_of_length[d];
     }
   }
-  int64_t min_length = static_cast<int64_t>(lists_of_length.size()), total = 0;
+  int64_t min_length = static_cast<int64_t>(lists_of_length.size()), total = 0, bytes = 0;
   for (int64_t d = min_length - 1; d >= kMinLength; --d) {
-    if (total + d * lists_of_length[d] > budget) break;
-    total += d * lists_of_length[d];
+    const int64_t more = (4 * d + 8) * lists_of_length[d];  // ids and a start_ entry per list
+    if (bytes + more > budget) break;
+    bytes += more, total += d * lists_of_length[d];
     min_length = d;
   }
 
-  const int64_t words = (n + 63) / 64;
   is_hub_.assign(words, 0);
   rank_base_.assign(words, 0);
   start_.assign(1, 0);

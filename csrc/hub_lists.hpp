@@ -4,7 +4,7 @@
 // (to[e]), so reading a neighbour costs a random load per edge. On a power-law graph most of a
 // BFS's reads fall in a few long lists (the hubs), so copying just those lists as int32 ids,
 // laid out in igraph's order, makes nearly every read sequential while costing a bounded
-// fraction of memory: at most kIdsPerEdge ids per edge (2 bytes per edge).
+// fraction of memory: copies and their index take at most kBytesPerEdge bytes per edge.
 #pragma once
 
 #include <igraph.h>
@@ -16,9 +16,10 @@ namespace colgraph {
 
 class HubLists {
  public:
-  // Lists are copied longest first while the copies stay within kIdsPerEdge * m ids; lists
-  // shorter than kMinLength are never copied (their reads are few and the copy saves little).
-  static constexpr double kIdsPerEdge = 0.5;
+  // Lists are copied longest first while the copies and their index stay within
+  // kBytesPerEdge * m bytes; lists shorter than kMinLength are never copied (their reads are
+  // few and the copy saves little).
+  static constexpr double kBytesPerEdge = 2.0;
   static constexpr int64_t kMinLength = 8;
 
   // Rebuilds from the graph's current index vectors.
