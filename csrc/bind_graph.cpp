@@ -84,6 +84,12 @@ void bind_graph(py::module_& m) {
       .def("edge_weight", [](const KnowledgeGraph& g) { return to_numpy(g.edge_weight()); })
       .def("alias_of", [](const KnowledgeGraph& g) { return to_numpy(g.alias_of()); })
       .def("memory_bytes", &KnowledgeGraph::memory_bytes)
+      .def("adjacency_copies", [](const KnowledgeGraph& g) {
+             const HubLists& h = g.hub_lists();
+             py::dict out;
+             out["lists"] = h.hubs(), out["ids"] = h.copied_ids(), out["bytes"] = h.memory_bytes();
+             return out;
+           }, "Sequential int32 copies of the longest adjacency lists: lists copied, ids, bytes held.")
       .def("igraph_neighbors", [](const KnowledgeGraph& g, int64_t v, int mode) { return to_numpy(g.igraph_neighbors_of(v, mode)); },
            py::arg("v"), py::arg("mode") = 0, "igraph_neighbors() on the stored graph (0 all, 1 out, 2 in).")
       .def("expand",

@@ -300,14 +300,26 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
       // Without kind/document filters or alias units, a neighbour is a candidate iff its seen
       // bit was clear: written unconditionally and counted by that bit, with no branch to
       // mispredict (about a third of a hub's neighbours were seen already).
-      // `node_at(k)`, `edge_at(k)` for k < len: one out- or in-list, ascending by neighbour id
-      // (igraph's order). The seen word of the current 64-id range is kept in a register, so
-      // neighbours sharing a word do not wait on each other's store.
+      // Both scanners read one out- or in-list through `node_at(k)`, `edge_at(k)` (k < len).
+      // igraph sorts a list by neighbour id, so parallel edges form a run; the parent edge is
+      // the lowest allowed id of the run where the candidate is found (igraph does not order a
+      // run by edge id once edges are added incrementally).
+      //
+      // Without kind/document filters or alias units: a neighbour is a candidate iff its seen
+      // bit was clear. It is written unconditionally and counted by that bit, with no branch to
+      // mispredict (about a third of a hub's neighbours were seen already), and the seen word
+      // of the current 64-id range is kept in a register.
       auto scan_fast = [&](igraph_integer_t len, auto&& node_at, auto&& edge_at, int32_t f) __attribute__((always_inline)) {
-        int64_t cur_index = -1;
+        int64_t cur_index = -1, prev_v = -1, run_cand = -1;
         uint64_t cur = 0;
         for (igraph_integer_t k = 0; k < len; ++k) {
-          const int64_t v = node_at(k), index = v >> 6;
+          const int64_t v = node_at(k), e = edge_at(k);
+          if (v == prev_v) {  // a parallel edge
+            if (run_cand >= 0) ce[run_cand] = std::min(ce[run_cand], e);
+            continue;
+          }
+          prev_v = v;
+          const int64_t index = v >> 6;
           if (index != cur_index) {
             if (cur_index >= 0) seen_words[cur_index] = cur;
             cur_index = index, cur = seen_words[index];
@@ -315,31 +327,40 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
           const uint64_t bit = uint64_t{1} << (v & 63);
           const size_t fresh = (cur & bit) == 0;
           cur |= bit;
-          cn[nc] = v, ce[nc] = edge_at(k), cf[nc] = f;
+          cn[nc] = v, ce[nc] = e, cf[nc] = f;
+          run_cand = fresh ? static_cast<int64_t>(nc) : -1;
           nc += fresh;
         }
         if (cur_index >= 0) seen_words[cur_index] = cur;
       };
-      auto consider = [&](int64_t v, int64_t e, int32_t f) {
-        if (seen_words[v >> 6] >> (v & 63) & 1u) return;
-        if (!edge_ok(e) || !allowed(v)) return;
-        seen_words[v >> 6] |= uint64_t{1} << (v & 63);
-        if (dense_row) __builtin_prefetch(dense_row + v);
-        cn[nc] = v, ce[nc] = e, cf[nc] = f, ++nc;
-        if (merge) {  // the whole alias group rides on its first-found member
-          int64_t size = 1;
-          s.unit_first.push_back(static_cast<int64_t>(s.unit_members.size()));
-          if (alias_of_[v] >= 0) {
-            const int64_t g = alias_of_[v];
-            for (int64_t k = group_offsets_[g]; k < group_offsets_[g + 1]; ++k) {
-              const int64_t m = group_members_[k];
-              if (m == v || s.seen.test(m) || !allowed(m)) continue;
-              mark_seen(m);
-              s.unit_members.push_back(m);
-              ++size;
-            }
+      auto scan_filtered = [&](igraph_integer_t len, auto&& node_at, auto&& edge_at, int32_t f) {
+        int64_t prev_v = -1, run_cand = -1;
+        for (igraph_integer_t k = 0; k < len; ++k) {
+          const int64_t v = node_at(k), e = edge_at(k);
+          if (v == prev_v && run_cand >= 0) {
+            if (e < ce[run_cand] && edge_ok(e)) ce[run_cand] = e;
+            continue;
           }
-          s.unit_size.push_back(size);
+          prev_v = v, run_cand = -1;
+          if (s.seen.test(v) || !edge_ok(e) || !allowed(v)) continue;  // a later edge of the run may be allowed
+          seen_words[v >> 6] |= uint64_t{1} << (v & 63);
+          run_cand = static_cast<int64_t>(nc);
+          cn[nc] = v, ce[nc] = e, cf[nc] = f, ++nc;
+          if (merge) {  // the whole alias group rides on its first-found member
+            int64_t size = 1;
+            s.unit_first.push_back(static_cast<int64_t>(s.unit_members.size()));
+            if (alias_of_[v] >= 0) {
+              const int64_t g = alias_of_[v];
+              for (int64_t j = group_offsets_[g]; j < group_offsets_[g + 1]; ++j) {
+                const int64_t m = group_members_[j];
+                if (m == v || s.seen.test(m) || !allowed(m)) continue;
+                mark_seen(m);
+                s.unit_members.push_back(m);
+                ++size;
+              }
+            }
+            s.unit_size.push_back(size);
+          }
         }
       };
       // Lists without a sequential copy cost a random read per neighbour (to[e] / from[e]).
@@ -370,23 +391,28 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
         const igraph_integer_t ob = os[u], out_len = os[u + 1] - ob, ib = is[u], in_len = is[u + 1] - ib;
         const int32_t* copy = hub_lists_.find(u);
         const size_t in_at = cursor + (use_out ? out_len : 0);  // staged in-list start
-        auto out_node = [&](igraph_integer_t k) -> int64_t { return copy ? copy[k] : pn[cursor + k]; };
-        auto in_node = [&](igraph_integer_t k) -> int64_t { return copy ? copy[out_len + k] : pn[in_at + k]; };
         auto out_edge = [&](igraph_integer_t k) -> int64_t { return oi[ob + k]; };
         auto in_edge = [&](igraph_integer_t k) -> int64_t { return ii[ib + k]; };
+        const int64_t* staged_out = pn + cursor;
+        const int64_t* staged_in = pn + in_at;
+        auto copy_out = [&](igraph_integer_t k) -> int64_t { return copy[k]; };
+        auto copy_in = [&](igraph_integer_t k) -> int64_t { return copy[out_len + k]; };
+        auto read_out = [&](igraph_integer_t k) { return staged_out[k]; };
+        auto read_in = [&](igraph_integer_t k) { return staged_in[k]; };
         if (filtered || merge) {
-          if (use_out)
-            for (igraph_integer_t k = 0; k < out_len; ++k) consider(out_node(k), out_edge(k), fi);
-          if (use_in)
-            for (igraph_integer_t k = 0; k < in_len; ++k) consider(in_node(k), in_edge(k), fi);
+          if (copy) {
+            if (use_out) scan_filtered(out_len, copy_out, out_edge, fi);
+            if (use_in) scan_filtered(in_len, copy_in, in_edge, fi);
+          } else {
+            if (use_out) scan_filtered(out_len, read_out, out_edge, fi);
+            if (use_in) scan_filtered(in_len, read_in, in_edge, fi);
+          }
         } else if (copy) {
-          if (use_out) scan_fast(out_len, [&](igraph_integer_t k) -> int64_t { return copy[k]; }, out_edge, fi);
-          if (use_in) scan_fast(in_len, [&](igraph_integer_t k) -> int64_t { return copy[out_len + k]; }, in_edge, fi);
+          if (use_out) scan_fast(out_len, copy_out, out_edge, fi);
+          if (use_in) scan_fast(in_len, copy_in, in_edge, fi);
         } else {
-          const int64_t* out_nodes = pn + cursor;
-          const int64_t* in_nodes = pn + in_at;
-          if (use_out) scan_fast(out_len, [&](igraph_integer_t k) { return out_nodes[k]; }, out_edge, fi);
-          if (use_in) scan_fast(in_len, [&](igraph_integer_t k) { return in_nodes[k]; }, in_edge, fi);
+          if (use_out) scan_fast(out_len, read_out, out_edge, fi);
+          if (use_in) scan_fast(in_len, read_in, in_edge, fi);
         }
         if (!copy) cursor = in_at + (use_in ? in_len : 0);
       }

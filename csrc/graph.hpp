@@ -118,6 +118,7 @@ class KnowledgeGraph {
   std::vector<int64_t> igraph_neighbors_of(int64_t v, int mode) const;
   // Bytes held by the graph: igraph's vectors plus the attribute columns.
   int64_t memory_bytes() const;
+  const HubLists& hub_lists() const { return hub_lists_; }
 
   Expansion expand(int64_t n_queries, CsrView seeds, ScoresView scores, CsrView docs,
                    const ExpandOptions& options, int num_threads) const;

@@ -309,12 +309,44 @@ def test_python_igraph_round_trip(backend):
 @NATIVE
 def test_memory_per_edge_is_small():
     """igraph's indexed edge list is 32 bytes per edge (from, to, oi, ii: 64-bit), the edge kind
-    1, the traversal snapshot 8 (two int32 neighbour entries); weights cost nothing while all
-    are 1. Node columns (os, is, kind, document, alias) are about 25 bytes per node."""
+    1, the sequential copies of the longest adjacency lists at most 2 (their index included);
+    weights cost nothing while all are 1. Node columns (os, is, kind, document, alias) are 25
+    bytes per node."""
     kind, doc, src, dst, ek = random_graph(8, n=20000, m=100000)
     g = KnowledgeGraph.from_arrays(kind, doc, src, dst, edge_kind=ek, backend="native")
-    per_edge = (g.memory_bytes() - 25 * g.n_nodes) / g.n_edges
-    assert per_edge <= 41.5, per_edge
+    copies = g._impl.adjacency_copies()
+    assert 0 < copies["bytes"] <= 2 * g.n_edges
+    assert 0 < copies["lists"] < g.n_nodes
+    per_edge = (g.memory_bytes() - 25 * g.n_nodes - 64) / g.n_edges
+    assert per_edge <= 35.0, per_edge
+
+
+@NATIVE
+@pytest.mark.parametrize("seed", [3, 4])
+def test_copied_and_uncopied_lists_and_incremental_growth_equal_reference(seed):
+    """A graph grown in three add_edges calls (igraph's own insertion path, which re-sorts its
+    index) holds hubs whose lists are copied and nodes whose lists are not; with edge-kind
+    masks (the parent edge is the lowest allowed id of a parallel run) and both directions the
+    expansion still equals the reference."""
+    kind, doc, src, dst, ek = random_graph(seed, n=400, m=3000)
+    src = np.concatenate([src, src[:300]])  # many parallel edges, appended later with other ids
+    dst = np.concatenate([dst, dst[:300]])
+    ek = np.concatenate([ek, (ek[:300] + 1) % 4])
+    native, ref = KnowledgeGraph(backend="native"), KnowledgeGraph(backend="reference")
+    for g in (native, ref):
+        g.add_nodes(kind, doc)
+        for part in np.array_split(np.arange(src.size), 3):
+            g.add_edges(src[part], dst[part], ek[part])
+    copies = native._impl.adjacency_copies()
+    assert 0 < copies["lists"] < native.n_nodes
+    rng = np.random.default_rng(seed)
+    seeds = [list(rng.integers(0, native.n_nodes, 4)) for _ in range(5)]
+    scores = rng.random((5, native.n_nodes)).astype(np.float32)
+    for kw in (dict(), dict(edge_kinds=[1, 3]), dict(direction="in", edge_kinds=[0, 2]), dict(direction="out")):
+        for hops in (1, 2):
+            a = native.expand(seeds, hops, scores=scores, threshold=0.5, min_keep=2, **kw)
+            b = ref.expand(seeds, hops, scores=scores, threshold=0.5, min_keep=2, **kw)
+            assert a.equals(b), (kw, hops)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
