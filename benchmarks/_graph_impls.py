@@ -191,6 +191,43 @@ class ScipyExpander:
 
 
 # ------------------------------------------------------------------------------------------
+# Floor: the score reads every filtered expansion must make
+# ------------------------------------------------------------------------------------------
+
+def judged_nodes(sc: ScipyExpander, q: Queries, hops: int) -> list[np.ndarray]:
+    """Per query, the ``[C]`` ids whose score a filtered expansion reads: at each hop, the
+    frontier's neighbours not seen before, in discovery order. Any implementation of the rule
+    must read each of these scores once to decide it, and none other."""
+    out = []
+    for i in range(q.nq):
+        visited = np.zeros(sc.n, bool)
+        frontier = sc._dedupe(np.asarray(q.seeds[i], np.int64))
+        visited[frontier] = True
+        parts = []
+        for _ in range(hops):
+            if not frontier.size:
+                break
+            nb = sc._neighbours(frontier).astype(np.int64, copy=False)
+            nb = sc._dedupe(nb[~visited[nb]])
+            visited[nb] = True
+            parts.append(nb)
+            frontier = nb[q.scores[i][nb] > q.threshold]
+        out.append(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+    return out
+
+
+def read_scores(q: Queries, judged: list[np.ndarray], pool=None) -> int:
+    """Reads (and tests) each judged node's score, queries spread over the threads of `pool`
+    (a ``ThreadPoolExecutor``; numpy's gather releases the GIL) or on this thread; returns how
+    many pass, so the reads cannot be skipped."""
+    def one(i: int) -> int:
+        return int(np.count_nonzero(np.take(q.scores[i], judged[i]) > q.threshold))
+    if pool is None:
+        return sum(one(i) for i in range(len(judged)))
+    return sum(pool.map(one, range(len(judged))))
+
+
+# ------------------------------------------------------------------------------------------
 # Peer (b): python-igraph neighborhood (unfiltered only)
 # ------------------------------------------------------------------------------------------
 

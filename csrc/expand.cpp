@@ -540,22 +540,30 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
     }
 
     // ---- Induced subgraph: every allowed-kind edge whose two ends were reached, found from its
-    // source's out-list (each edge once). For a list much longer than the result, looking each
-    // reached node up in it (sorted by target) beats scanning it.
+    // source's out-list (each edge once), then sorted. Copied lists are tested in place (or,
+    // when much longer than the result, each reached node is looked up in them); the targets
+    // of the other lists are read in one overlapping pass first, as in the scan.
     const int64_t edge_begin = static_cast<int64_t>(A.edges.size);
     if (opt.with_edges) {
       const int64_t end = static_cast<int64_t>(A.size), r_size = end - base;
       const uint64_t* reached_words = s.reached.words.data();
       auto is_reached = [&](int64_t v) { return (reached_words[v >> 6] >> (v & 63)) & 1u; };
+      s.pending_edge.size = 0;
       bool have_sorted = false;
       for (int64_t i = base; i < end; ++i) {
         const int64_t u = A.nodes[i];
         const igraph_integer_t lo = os[u], deg = os[u + 1] - lo;
         const int32_t* copy = hub_lists_.find(u);
+        if (!copy) {
+          s.pending_edge.room(static_cast<size_t>(deg));
+          std::copy(oi + lo, oi + lo + deg, s.pending_edge.data() + s.pending_edge.size);
+          s.pending_edge.size += static_cast<size_t>(deg);
+          continue;
+        }
         A.edges.room(static_cast<size_t>(deg));
         int64_t* out = A.edges.data();
         size_t ne = A.edges.size;
-        if (copy && static_cast<double>(deg) > 16.0 * static_cast<double>(r_size) * std::log2(static_cast<double>(deg) + 1.0)) {
+        if (static_cast<double>(deg) > 16.0 * static_cast<double>(r_size) * std::log2(static_cast<double>(deg) + 1.0)) {
           std::vector<int64_t>& sorted = s.reached_sorted;
           if (!have_sorted) {
             sorted.assign(A.nodes.begin() + base, A.nodes.begin() + end);
@@ -571,19 +579,25 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
               out[ne] = e, ne += edge_ok(e);
             }
           }
-        } else if (copy) {
+        } else {
           for (igraph_integer_t j = 0; j < deg; ++j) {
             const int64_t e = oi[lo + j];
             out[ne] = e, ne += is_reached(copy[j]) && edge_ok(e);
           }
-        } else {
-          for (igraph_integer_t k = lo; k < lo + deg; ++k) {
-            const int64_t e = oi[k];
-            out[ne] = e, ne += is_reached(to[e]) && edge_ok(e);
-          }
         }
         A.edges.size = ne;
       }
+      const size_t np = s.pending_edge.size;
+      const int64_t* pe = s.pending_edge.data();
+      s.pending_node.size = 0;
+      s.pending_node.room(np);
+      int64_t* pn = s.pending_node.data();
+      for (size_t j = 0; j < np; ++j) pn[j] = to[pe[j]];
+      A.edges.room(np);
+      int64_t* out = A.edges.data();
+      size_t ne = A.edges.size;
+      for (size_t j = 0; j < np; ++j) out[ne] = pe[j], ne += is_reached(pn[j]) && edge_ok(pe[j]);
+      A.edges.size = ne;
       sort_ids(A.edges.data() + edge_begin, A.edges.size - static_cast<size_t>(edge_begin), m_edges, s.sort_buffer);
     }
     spans[q] = QuerySpan{worker, base, static_cast<int64_t>(A.size), edge_begin, static_cast<int64_t>(A.edges.size)};
