@@ -88,8 +88,13 @@ void bind_graph(py::module_& m) {
              const HubLists& h = g.hub_lists();
              py::dict out;
              out["lists"] = h.hubs(), out["ids"] = h.copied_ids(), out["bytes"] = h.memory_bytes();
+             out["budget_bytes_per_edge"] = g.copy_budget();
              return out;
-           }, "Sequential int32 copies of the longest adjacency lists: lists copied, ids, bytes held.")
+           }, "Sequential int32 copies of the longest adjacency lists: lists copied, ids, bytes held, budget.")
+      .def("set_copy_budget", [](KnowledgeGraph& g, double bytes_per_edge) {
+             py::gil_scoped_release release;
+             g.set_copy_budget(bytes_per_edge);
+           }, py::arg("bytes_per_edge"))
       .def("igraph_neighbors", [](const KnowledgeGraph& g, int64_t v, int mode) { return to_numpy(g.igraph_neighbors_of(v, mode)); },
            py::arg("v"), py::arg("mode") = 0, "igraph_neighbors() on the stored graph (0 all, 1 out, 2 in).")
       .def("expand",

@@ -119,6 +119,10 @@ class KnowledgeGraph {
   // Bytes held by the graph: igraph's vectors plus the attribute columns.
   int64_t memory_bytes() const;
   const HubLists& hub_lists() const { return hub_lists_; }
+  // Memory for sequential copies of the longest adjacency lists, in bytes per edge (>= 0);
+  // rebuilds the copies.
+  void set_copy_budget(double bytes_per_edge);
+  double copy_budget() const { return copy_budget_; }
 
   Expansion expand(int64_t n_queries, CsrView seeds, ScoresView scores, CsrView docs,
                    const ExpandOptions& options, int num_threads) const;
@@ -135,6 +139,7 @@ class KnowledgeGraph {
   std::vector<float> node_weight_, edge_weight_;
   std::vector<int32_t> alias_of_;                       // [n] group or -1
   HubLists hub_lists_;  // rebuilt after every change of the edges
+  double copy_budget_ = HubLists::kDefaultBytesPerEdge;
   std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
   int64_t max_doc_ = -1;
   mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive

@@ -6,7 +6,7 @@
 
 namespace colgraph {
 
-void HubLists::build(const igraph_t& graph) {
+void HubLists::build(const igraph_t& graph, double bytes_per_edge) {
   const int64_t n = igraph_vcount(&graph), m = igraph_ecount(&graph);
   const igraph_integer_t *from = VECTOR(graph.from), *to = VECTOR(graph.to), *oi = VECTOR(graph.oi),
                          *ii = VECTOR(graph.ii), *os = VECTOR(graph.os), *is = VECTOR(graph.is);
@@ -16,7 +16,7 @@ void HubLists::build(const igraph_t& graph) {
   // the next length would overflow the budget (all lists of one length are copied or none, so
   // the choice does not depend on node ids).
   const int64_t words = (n + 63) / 64;
-  const auto budget = static_cast<int64_t>(kBytesPerEdge * static_cast<double>(m)) - 12 * words - 8;  // minus bits, ranks, start_[0]
+  const auto budget = static_cast<int64_t>(bytes_per_edge * static_cast<double>(m)) - 12 * words - 8;  // minus bits, ranks, start_[0]
   std::vector<int64_t> lists_of_length;
   for (int64_t u = 0; u < n; ++u) {
     const int64_t d = degree(u);

@@ -4,7 +4,7 @@
 // (to[e]), so reading a neighbour costs a random load per edge. On a power-law graph most of a
 // BFS's reads fall in a few long lists (the hubs), so copying just those lists as int32 ids,
 // laid out in igraph's order, makes nearly every read sequential while costing a bounded
-// fraction of memory: copies and their index take at most kBytesPerEdge bytes per edge.
+// fraction of memory: copies and their index take at most 2 bytes per edge by default.
 #pragma once
 
 #include <igraph.h>
@@ -17,13 +17,14 @@ namespace colgraph {
 class HubLists {
  public:
   // Lists are copied longest first while the copies and their index stay within
-  // kBytesPerEdge * m bytes; lists shorter than kMinLength are never copied (their reads are
-  // few and the copy saves little).
-  static constexpr double kBytesPerEdge = 2.0;
+  // bytes_per_edge * m bytes (kDefaultBytesPerEdge unless the owner sets another budget; every
+  // list takes a little over 8, each edge being in two lists); lists shorter than kMinLength are never copied (their
+  // reads are few and the copy saves little).
+  static constexpr double kDefaultBytesPerEdge = 2.0;
   static constexpr int64_t kMinLength = 8;
 
   // Rebuilds from the graph's current index vectors.
-  void build(const igraph_t& graph);
+  void build(const igraph_t& graph, double bytes_per_edge);
 
   // u's out-neighbours in oi order followed by its in-neighbours in ii order, or nullptr when
   // u's lists are not copied.

@@ -349,6 +349,48 @@ def test_copied_and_uncopied_lists_and_incremental_growth_equal_reference(seed):
             assert a.equals(b), (kw, hops)
 
 
+@NATIVE
+@pytest.mark.parametrize("budget", [0.0, 12.0])
+def test_copy_budget_changes_memory_not_results(budget):
+    """No copies, or a copy of every list of 8+ neighbours: memory moves, results do not, and
+    the budget holds through later growth."""
+    kind, doc, src, dst, ek = random_graph(5, n=400, m=3000)
+    native = KnowledgeGraph.from_arrays(kind, doc, src[:2500], dst[:2500], edge_kind=ek[:2500], backend="native")
+    ref = KnowledgeGraph.from_arrays(kind, doc, src[:2500], dst[:2500], edge_kind=ek[:2500], backend="reference")
+    native.set_copy_budget(budget)
+    ref.set_copy_budget(budget)
+    for g in (native, ref):
+        g.add_edges(src[2500:], dst[2500:], ek[2500:])
+    copies = native._impl.adjacency_copies()
+    degree = np.bincount(src, minlength=400) + np.bincount(dst, minlength=400)
+    if budget == 0:
+        assert copies["lists"] == 0 and copies["ids"] == 0
+    else:
+        assert copies["lists"] == int((degree >= 8).sum()) and copies["ids"] == int(degree[degree >= 8].sum())
+    assert copies["budget_bytes_per_edge"] == budget
+    rng = np.random.default_rng(1)
+    seeds = [list(rng.integers(0, 400, 3)) for _ in range(4)]
+    scores = rng.random((4, 400)).astype(np.float32)
+    for kw in (dict(), dict(edge_kinds=[0, 1], node_kinds=[1, 2, 3, 4]), dict(direction="out")):
+        for hops in (1, 2, 3):
+            a = native.expand(seeds, hops, scores=scores, threshold=0.4, min_keep=2, **kw)
+            assert a.equals(ref.expand(seeds, hops, scores=scores, threshold=0.4, min_keep=2, **kw)), (kw, hops)
+    with_budget = native.memory_bytes()
+    native.set_copy_budget(2.0)
+    assert (with_budget < native.memory_bytes()) if budget == 0 else (with_budget > native.memory_bytes())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad,exc", [(-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                                     ("2", TypeError), (True, TypeError)])
+def test_copy_budget_rejects_bad_values(backend, bad, exc):
+    g = KnowledgeGraph.from_arrays(*star(), backend=backend)
+    before = g.memory_bytes()
+    with pytest.raises(exc, match="bytes_per_edge"):
+        g.set_copy_budget(bad)
+    assert g.memory_bytes() == before
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_plain_edge_list_round_trip(backend):
     g = KnowledgeGraph.from_arrays(*star(), edge_kind=[0, 1, 2, 3, 0, 1, 2], edge_weight=[0.5] * 7, backend=backend)

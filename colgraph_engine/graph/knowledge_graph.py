@@ -243,6 +243,19 @@ class KnowledgeGraph:
         """Bytes held by topology and attributes (names excluded)."""
         return int(self._impl.memory_bytes())
 
+    def set_copy_budget(self, bytes_per_edge: float) -> None:
+        """Memory the native backend may spend on sequential int32 copies of the longest
+        adjacency lists, in bytes per edge (default 2.0, longest lists first; each edge sits in
+        two lists, so copying every list takes a little over 8). Expansion reads a copied list sequentially and any other
+        at random, so a larger budget speeds up deep expansions (l >= 3, where short lists carry
+        much of the scan) at that memory cost. Not saved with the graph; the numpy reference
+        has its own layout and only checks the value."""
+        if isinstance(bytes_per_edge, bool) or not isinstance(bytes_per_edge, (int, float, np.integer, np.floating)):
+            raise TypeError(f"bytes_per_edge: expected a number, got {type(bytes_per_edge).__name__}")
+        if not np.isfinite(bytes_per_edge) or bytes_per_edge < 0:
+            raise ValueError(f"bytes_per_edge: expected a finite number >= 0, got {bytes_per_edge!r}")
+        self._impl.set_copy_budget(float(bytes_per_edge))
+
     def __repr__(self) -> str:
         return f"KnowledgeGraph(nodes={self.n_nodes}, edges={self.n_edges}, backend={self.backend!r})"
 

@@ -71,6 +71,9 @@ class ReferenceGraph:
         self._edge_weight = np.concatenate([self._edge_weight, weight])
         self._index = None
 
+    def set_copy_budget(self, bytes_per_edge):
+        """Native-only tuning (sequential adjacency copies); this layout has none."""
+
     def set_aliases(self, group_of):
         self._alias_of = np.array(group_of, np.int64)
         self._index = None
