@@ -300,10 +300,14 @@ def networkx_expand(G, seeds: list[list[int]], scores: list[list[float]], hops: 
 # Ours
 # ------------------------------------------------------------------------------------------
 
-def ours_graph(g: GraphArrays, backend: str = "native"):
-    """``KnowledgeGraph.from_arrays`` over the same arrays."""
+def ours_graph(g: GraphArrays, backend: str = "native", copy_budget: float | None = None):
+    """``KnowledgeGraph.from_arrays`` over the same arrays; `copy_budget` (bytes per edge for
+    sequential adjacency copies) replaces the default when given."""
     from colgraph_engine.graph import KnowledgeGraph
-    return KnowledgeGraph.from_arrays(g.node_kind, g.node_doc, g.src, g.dst, backend=backend)
+    kg = KnowledgeGraph.from_arrays(g.node_kind, g.node_doc, g.src, g.dst, backend=backend)
+    if copy_budget is not None:
+        kg.set_copy_budget(copy_budget)
+    return kg
 
 
 def supports_with_edges() -> bool:

@@ -159,6 +159,21 @@ struct ExpandScratch {
     }
     if (static_cast<int64_t>(doc_ok.size()) < n_docs) doc_ok.assign(n_docs, 0);
   }
+  // Frees buffers a large call grew beyond kKeepBytes: kept, they would hold a call's peak
+  // (gigabytes for a deep unfiltered expansion) for the graph's lifetime.
+  static constexpr size_t kKeepBytes = size_t{64} << 20;
+  template <class T>
+  static void trim_vector(std::vector<T>& v) {
+    if (v.capacity() * sizeof(T) > kKeepBytes) std::vector<T>().swap(v);
+  }
+  void trim() {
+    const size_t arena_bytes = arena.nodes.capacity() * (4 * sizeof(int64_t) + sizeof(int32_t) + sizeof(float)) +
+                               arena.edges.v.capacity() * sizeof(int64_t);
+    if (arena_bytes > kKeepBytes) arena = Arena{};
+    for (Buf<int64_t>* b : {&marked, &cand_node, &cand_edge, &pending_edge, &pending_node}) trim_vector(b->v);
+    trim_vector(cand_from.v), trim_vector(kept.v), trim_vector(cand_score.v);
+    trim_vector(reached_sorted), trim_vector(sort_buffer);
+  }
   void reset() {
     if (marked.size > seen.words.size() / 8) {  // cheaper to wipe the words than to visit each bit
       std::fill(seen.words.begin(), seen.words.end(), 0);
@@ -219,7 +234,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
     ScratchPool& pool;
     std::vector<std::unique_ptr<ExpandScratch>>& scratch;
     ~ReturnScratch() {
-      for (auto& s : scratch) s->reset(), pool.release(std::move(s));
+      for (auto& s : scratch) s->reset(), s->trim(), pool.release(std::move(s));
     }
   } give_back{scratch_pool_, scratch};
   std::vector<QuerySpan> spans(nq);
@@ -282,8 +297,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
 
     for (int32_t hop = 1; hop <= opt.hops && frontier_begin < frontier_end && nan_node < 0; ++hop) {
       // ---- Scan. A neighbour becomes a candidate the first time a frontier node reaches it
-      // (out-edges before in-edges). Its parent edge is the first allowed edge of that run of
-      // parallel edges: igraph orders a run by edge id, so that is the lowest id.
+      // (out-edges before in-edges); that node is its parent (see the scanners for the edge).
       size_t bound = 0;  // most candidates this hop can produce: room is made once
       for (int64_t f = frontier_begin; f < frontier_end; ++f) {
         const int64_t u = A.nodes[base + f];
