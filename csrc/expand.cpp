@@ -15,7 +15,9 @@
 // are read ahead in one overlapping pass, and the hot loops append without branches.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -47,15 +49,48 @@ struct RankKey {
   int64_t node, index;
 };
 
-// A vector used as raw storage: `size` counts the live elements and the vector's own size is
-// the capacity, grown geometrically and never shrunk, so a loop that made room first can
-// append through a plain pointer (the hot loops below append branch-free).
+// A growable array on malloc/realloc for trivially copyable T: no element is initialised, and
+// glibc grows a large block in place or by remapping its pages (mremap), where a vector would
+// allocate anew and copy: a worker's results can reach gigabytes.
+template <class T>
+class RawColumn {
+ public:
+  RawColumn() = default;
+  ~RawColumn() { std::free(data_); }
+  RawColumn(const RawColumn&) = delete;
+  RawColumn& operator=(const RawColumn&) = delete;
+  RawColumn(RawColumn&& o) noexcept : data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
+  RawColumn& operator=(RawColumn&& o) noexcept {
+    std::swap(data_, o.data_), std::swap(capacity_, o.capacity_);
+    return *this;
+  }
+  void reserve(size_t n) {
+    if (n <= capacity_) return;
+    void* p = std::realloc(data_, n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    data_ = static_cast<T*>(p), capacity_ = n;
+  }
+  size_t capacity() const { return capacity_; }
+  size_t bytes() const { return capacity_ * sizeof(T); }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// A RawColumn with a live count: capacity grows geometrically and is kept between queries, so a
+// loop that made room first appends through a plain pointer (the hot loops below append
+// branch-free).
 template <class T>
 struct Buf {
-  std::vector<T> v;
+  RawColumn<T> v;
   size_t size = 0;
   void room(size_t extra) {
-    if (size + extra > v.size()) v.resize(std::max(size + extra, 2 * v.size()));
+    if (size + extra > v.capacity()) v.reserve(std::max(size + extra, 2 * v.capacity()));
   }
   void push(T x) {
     room(1);
@@ -69,22 +104,24 @@ struct Buf {
 
 // The results of the queries a worker ran, back to back (query ranges in QuerySpan).
 struct Arena {
-  std::vector<int64_t> nodes, seed, parent, parent_edge;
-  std::vector<int32_t> hop;
-  std::vector<float> score;
+  RawColumn<int64_t> nodes, seed, parent, parent_edge;
+  RawColumn<int32_t> hop;
+  RawColumn<float> score;
   size_t size = 0;  // live entries of the six node columns
   Buf<int64_t> edges;
   void room(size_t extra) {
-    if (size + extra <= nodes.size()) return;
-    const size_t cap = std::max(size + extra, 2 * nodes.size());
-    nodes.resize(cap), seed.resize(cap), parent.resize(cap), parent_edge.resize(cap), hop.resize(cap), score.resize(cap);
+    if (size + extra <= nodes.capacity()) return;
+    const size_t cap = std::max(size + extra, 2 * nodes.capacity());
+    nodes.reserve(cap), seed.reserve(cap), parent.reserve(cap), parent_edge.reserve(cap), hop.reserve(cap), score.reserve(cap);
   }
   void push(int64_t v, int32_t h, int64_t sd, int64_t p, int64_t e, float sc) {
     room(1);
     nodes[size] = v, hop[size] = h, seed[size] = sd, parent[size] = p, parent_edge[size] = e, score[size] = sc;
     ++size;
   }
-  void truncate(size_t n) { size = n; }
+  size_t bytes() const {
+    return nodes.bytes() + seed.bytes() + parent.bytes() + parent_edge.bytes() + hop.bytes() + score.bytes() + edges.v.bytes();
+  }
 };
 
 struct QuerySpan {
@@ -166,12 +203,14 @@ struct ExpandScratch {
   static void trim_vector(std::vector<T>& v) {
     if (v.capacity() * sizeof(T) > kKeepBytes) std::vector<T>().swap(v);
   }
+  template <class T>
+  static void trim_buf(Buf<T>& b) {
+    if (b.v.bytes() > kKeepBytes) b.v = RawColumn<T>();
+  }
   void trim() {
-    const size_t arena_bytes = arena.nodes.capacity() * (4 * sizeof(int64_t) + sizeof(int32_t) + sizeof(float)) +
-                               arena.edges.v.capacity() * sizeof(int64_t);
-    if (arena_bytes > kKeepBytes) arena = Arena{};
-    for (Buf<int64_t>* b : {&marked, &cand_node, &cand_edge, &pending_edge, &pending_node}) trim_vector(b->v);
-    trim_vector(cand_from.v), trim_vector(kept.v), trim_vector(cand_score.v);
+    if (arena.bytes() > kKeepBytes) arena = Arena{};
+    for (Buf<int64_t>* b : {&marked, &cand_node, &cand_edge, &pending_edge, &pending_node}) trim_buf(*b);
+    trim_buf(cand_from), trim_buf(kept), trim_buf(cand_score);
     trim_vector(reached_sorted), trim_vector(sort_buffer);
   }
   void reset() {
@@ -580,7 +619,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
         if (static_cast<double>(deg) > 16.0 * static_cast<double>(r_size) * std::log2(static_cast<double>(deg) + 1.0)) {
           std::vector<int64_t>& sorted = s.reached_sorted;
           if (!have_sorted) {
-            sorted.assign(A.nodes.begin() + base, A.nodes.begin() + end);
+            sorted.assign(A.nodes.data() + base, A.nodes.data() + end);
             std::sort(sorted.begin(), sorted.end());
             have_sorted = true;
           }
@@ -638,7 +677,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
     copy_range(out.parent_edge, A.parent_edge, sp.node_begin, sp.node_end, at_node);
     copy_range(out.hop, A.hop, sp.node_begin, sp.node_end, at_node);
     copy_range(out.score, A.score, sp.node_begin, sp.node_end, at_node);
-    copy_range(out.edges, A.edges.v, sp.edge_begin, sp.edge_end, at_edge);
+    copy_range(out.edges, A.edges, sp.edge_begin, sp.edge_end, at_edge);
   });
   return out;
 }
