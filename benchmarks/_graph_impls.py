@@ -166,8 +166,10 @@ class ScipyExpander:
         self._owner[ids] = pos
         return ids[self._owner[ids] == pos]
 
-    def expand_one(self, seeds: np.ndarray, hops: int, scores: np.ndarray | None, threshold) -> np.ndarray:
-        """Reached ``[R]`` node ids of one query; `scores` ``[n]`` float32 or None (no filter)."""
+    def expand_one(self, seeds: np.ndarray, hops: int, scores: np.ndarray | None, threshold,
+                   judged: list | None = None) -> np.ndarray:
+        """Reached ``[R]`` node ids of one query; `scores` ``[n]`` float32 or None (no filter).
+        `judged`, when given, receives each hop's newly seen neighbours (see judged_nodes)."""
         visited = np.zeros(self.n, bool)
         frontier = self._dedupe(np.asarray(seeds, np.int64))
         visited[frontier] = True
@@ -178,6 +180,8 @@ class ScipyExpander:
             nb = self._neighbours(frontier).astype(np.int64, copy=False)
             nb = self._dedupe(nb[~visited[nb]])
             visited[nb] = True
+            if judged is not None:
+                judged.append(nb)
             if scores is not None:
                 nb = nb[scores[nb] > threshold]
             parts.append(nb)
@@ -200,18 +204,8 @@ def judged_nodes(sc: ScipyExpander, q: Queries, hops: int) -> list[np.ndarray]:
     must read each of these scores once to decide it, and none other."""
     out = []
     for i in range(q.nq):
-        visited = np.zeros(sc.n, bool)
-        frontier = sc._dedupe(np.asarray(q.seeds[i], np.int64))
-        visited[frontier] = True
-        parts = []
-        for _ in range(hops):
-            if not frontier.size:
-                break
-            nb = sc._neighbours(frontier).astype(np.int64, copy=False)
-            nb = sc._dedupe(nb[~visited[nb]])
-            visited[nb] = True
-            parts.append(nb)
-            frontier = nb[q.scores[i][nb] > q.threshold]
+        parts: list[np.ndarray] = []
+        sc.expand_one(q.seeds[i], hops, q.scores[i], q.threshold, judged=parts)
         out.append(np.concatenate(parts) if parts else np.zeros(0, np.int64))
     return out
 

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "graph.hpp"
+#include "huge_pages.hpp"
 #include "parallel.hpp"
 
 namespace colgraph {
@@ -69,6 +70,7 @@ class RawColumn {
     void* p = std::realloc(data_, n * sizeof(T));
     if (p == nullptr) throw std::bad_alloc();
     data_ = static_cast<T*>(p), capacity_ = n;
+    advise_huge_pages(data_, n * sizeof(T), false);  // the new part is not written yet
   }
   size_t capacity() const { return capacity_; }
   size_t bytes() const { return capacity_ * sizeof(T); }
