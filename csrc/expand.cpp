@@ -39,7 +39,6 @@ constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
 constexpr size_t kReadAhead = 16;
 
 
-std::string at(const char* what, int64_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
 
 // One bit per node.
 struct NodeBits {

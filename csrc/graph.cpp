@@ -16,8 +16,6 @@
 namespace colgraph {
 namespace {
 
-std::string at(const char* what, int64_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
-
 // Appends `count` weights to a lazily materialised column holding `old_count` entries.
 void append_weights(std::vector<float>& column, int64_t old_count, const float* weight, int64_t count) {
   if (column.empty() && std::all_of(weight, weight + count, [](float w) { return w == 1.0f; })) return;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,9 @@
 #include "huge_pages.hpp"
 
 namespace colgraph {
+
+// "name[i]": how an error message names element i of an input array.
+inline std::string at(const char* what, int64_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
 
 struct CsrView {  // offsets == nullptr means "absent"
   const int64_t* offsets = nullptr;
