@@ -38,8 +38,6 @@ constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
 // edges at l = 2 on the benchmark graph, measured in a C++ harness).
 constexpr size_t kReadAhead = 16;
 
-
-
 // One bit per node.
 struct NodeBits {
   std::vector<uint64_t> words;
