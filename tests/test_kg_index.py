@@ -17,6 +17,7 @@ from colgraph_engine.kg import (
 )
 from colgraph_engine.kg import index as index_module
 from colgraph_engine.kg import parts as parts_module
+from colgraph_engine.kg.vectors import image_text_view, region_text_view
 
 from .test_kg_build import fixture, fuji_document
 
@@ -58,7 +59,16 @@ def assert_same_index(a: KnowledgeIndex, b: KnowledgeIndex):
 def test_encode_document_fills_every_store_with_the_right_items():
     g = build_document_graph(fuji_document(tables=[TableInput("a | b", "T", section=1)]))
     vecs = encode_document(g, ENC)
-    assert set(vecs) == {"entity", "relation", "segment", "table", "image", "region"}
+    assert set(vecs) == {"entity", "relation", "segment", "table", "image", "region", "image_text", "region_text"}
+    # text views: every image and region has one, encoded by the token encoder
+    np.testing.assert_array_equal(vecs["image_text"].local, g.nodes_of(NodeKind.IMAGE))
+    np.testing.assert_array_equal(vecs["region_text"].local, g.nodes_of(NodeKind.REGION))
+    img = int(g.nodes_of(NodeKind.IMAGE)[0])
+    view = image_text_view(g, img)
+    assert view.splitlines()[0] == g.node_text[img]
+    assert all(region_text_view(g, int(r)) in view for r in np.flatnonzero(g.node_image == img))
+    o = vecs["image_text"].offsets
+    assert torch.equal(vecs["image_text"].values[o[0]:o[1]], ENC.tokens([view])[0])
     np.testing.assert_array_equal(vecs["entity"].local, g.nodes_of(NodeKind.ENTITY))
     np.testing.assert_array_equal(vecs["relation"].local, g.edges_of(EdgeKind.RELATION))
     assert vecs["entity"].values.shape == (4, 32)

@@ -368,7 +368,8 @@ class KnowledgeIndex:
         return _lookup(self._assemble().edge_uid, uids, "uids")
 
     def describe_node(self, node: int) -> dict:
-        """Document, local id, kind, name, type, text, bbox and provenance of a graph node."""
+        """Document, local id, kind, name, type, text, bbox, provenance segments and (images and
+        regions) the image's name of a graph node."""
         a = self._assemble()
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or not 0 <= node < a.node_uid.size:
             raise ValueError(f"node: expected a node id in [0, {a.node_uid.size}), got {node!r}")
@@ -379,7 +380,24 @@ class KnowledgeIndex:
         return {"doc_id": g.doc_id, "local": v, "kind": NodeKind(int(g.node_kind[v])).name.lower(),
                 "name": g.node_name[v], "type": g.node_type[v], "text": g.node_text[v],
                 "bbox": None if np.isnan(box).any() else tuple(float(x) for x in box),
-                "segments": g.provenance(v).tolist()}
+                "segments": g.provenance(v).tolist(),
+                "image": g.node_name[v] if g.node_kind[v] == NodeKind.IMAGE
+                else (g.node_name[int(g.node_image[v])] if g.node_image[v] >= 0 else None)}
+
+    def describe_edge(self, edge: int) -> dict:
+        """Document, local id, kind, endpoints (graph node ids), keywords, text, weight and
+        provenance segments of a graph edge."""
+        a = self._assemble()
+        if isinstance(edge, bool) or not isinstance(edge, (int, np.integer)) or not 0 <= edge < a.edge_uid.size:
+            raise ValueError(f"edge: expected an edge id in [0, {a.edge_uid.size}), got {edge!r}")
+        d = int(np.searchsorted(a.edge_offsets, edge, side="right") - 1)
+        g = self._docs[a.doc_ids[d]].graph
+        e = int(edge - a.edge_offsets[d])
+        base = int(a.node_offsets[d])
+        return {"doc_id": g.doc_id, "local": e, "kind": EdgeKind(int(g.edge_kind[e])).name.lower(),
+                "src": base + int(g.edge_src[e]), "dst": base + int(g.edge_dst[e]),
+                "keywords": g.edge_keywords[e], "text": g.edge_text[e], "weight": float(g.edge_weight[e]),
+                "segments": g.edge_prov[g.edge_prov_offsets[e]:g.edge_prov_offsets[e + 1]].tolist()}
 
     @property
     def counts(self) -> dict[str, int]:

@@ -11,9 +11,15 @@ segment    tokens         segment nodes: the segment's text
 table      tokens         table nodes: caption and table text
 image      patches        image nodes with pixels: the whole image
 region     patches        region nodes of an image with pixels: the image cropped to the bbox
+image_text tokens         image nodes: the image's *text view* (see :func:`image_text_view`)
+region_text tokens        region nodes: the region's label and its scene-graph text
 =========  =============  ==========================================================
 
-A store whose encoder role is not configured stays empty; so do images given without pixels.
+A store whose encoder role is not configured stays empty; so do images given without pixels
+(their text views are still stored). The text views stand in for a text-image model offline:
+a question's visual phrases, encoded by the token encoder, can only be compared with image
+*patches* when one late-interaction model fills both roles (the colpali-engine family); with
+any other pair of encoders the pipeline ranks images by their text views instead.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ STORES: dict[str, tuple[str, NodeKind | None]] = {
     "table": ("tokens", NodeKind.TABLE),
     "image": ("patches", NodeKind.IMAGE),
     "region": ("patches", NodeKind.REGION),
+    "image_text": ("tokens", NodeKind.IMAGE),
+    "region_text": ("tokens", NodeKind.REGION),
 }
 
 
@@ -84,7 +92,26 @@ def item_texts(graph: DocumentGraph, store: str) -> tuple[np.ndarray, list[str]]
     nodes = graph.nodes_of(STORES[store][1])
     if store == "entity":
         return nodes, [f"{graph.node_name[v]}: {graph.node_text[v]}" for v in nodes]
+    if store == "image_text":
+        return nodes, [image_text_view(graph, int(v)) for v in nodes]
+    if store == "region_text":
+        return nodes, [region_text_view(graph, int(v)) for v in nodes]
     return nodes, [graph.node_text[v] for v in nodes]
+
+
+def region_text_view(graph: DocumentGraph, node: int) -> str:
+    """A region's text view: its label (object category or relation predicate) and its text
+    (``"train passing in front of mountain"`` for a relation region), without repeats."""
+    label, text = graph.node_type[node], graph.node_text[node]
+    return text if not label or label in text else f"{label}: {text}"
+
+
+def image_text_view(graph: DocumentGraph, node: int) -> str:
+    """An image's text view: its caption (which carries OCR text where the reader put it there)
+    followed by the text views of its regions in local id order, one per line."""
+    regions = np.flatnonzero(graph.node_image == node)
+    lines = [graph.node_text[node]] + [region_text_view(graph, int(r)) for r in regions]
+    return "\n".join(t for t in lines if t)
 
 
 def _open_image(pixels):

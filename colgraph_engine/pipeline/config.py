@@ -1,0 +1,179 @@
+"""Pipeline settings, validated once, and the papers' ablations as switches.
+
+Defaults stated by the papers: mKG-RAG retrieves the top Kd = 10 documents, the top Kg = 10
+entities and relations, and expands l = 1 hop; its filter keeps items with cosine > 0.5 and at
+least 3 per list. ColGraphRAG keeps the top k = 10 visual candidates. Every other default here
+is the engine's own choice and says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+RECALL_SIDES = ("text", "image", "fused")
+RECALL_RANKERS = ("maxsim", "pooled")
+FUSIONS = ("rrf", "weighted")
+RETRIEVALS = ("graph", "chunks")
+FILTERS = ("off", "mkg", "default")
+VISUAL_RANKERS = ("maxsim", "pooled", "off")
+VISUAL_UNITS = ("auto", "patches", "text_view")
+CONTEXT_MODES = ("graph", "chunks", "hybrid")
+
+MAX_QUESTION_CHARS = 4096
+
+# Filter thresholds calibrated per text encoder (cosine of the question's pooled vector with an
+# item's vector). How they were found: benchmarks/calibrate_filter.py generates questions that
+# name one item of a synthetic graph and measures relevant vs unrelated scores; the threshold
+# is the midpoint that maximises balanced accuracy (see that script's report). mKG-RAG's 0.5
+# is kept for `filter="mkg"` and for encoders not listed here.
+CALIBRATED_THRESHOLDS = {
+    "hash": 0.18,
+    "minilm": 0.35,
+}
+
+
+def calibrated_threshold(encoder_name: str) -> float:
+    """The default filter threshold for a text encoder (by name prefix); 0.5 when unknown."""
+    for prefix, t in CALIBRATED_THRESHOLDS.items():
+        if encoder_name.startswith(prefix):
+            return t
+    return 0.5
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Every setting of :class:`~colgraph_engine.pipeline.Pipeline`; each switch changes only its stage.
+
+    Stage 1, document recall:
+        kd: documents recalled per query (mKG-RAG: 10).
+        recall_side: ``"text"`` (question + caption tokens vs segment and table tokens),
+            ``"image"`` (query-image patches vs image patches) or ``"fused"`` (both; a query
+            without an image uses the text side alone). mKG-RAG's text-only, vision-only and
+            fused variants.
+        recall_ranker: ``"maxsim"`` (exact late interaction) or ``"pooled"`` (cosine of mean
+            vectors, the single-vector baseline).
+        fusion: ``"rrf"``, reciprocal-rank fusion ``Σ_side 1 / (rrf_k + rank)`` (rrf_k = 60, the
+            constant of Cormack et al., 2009), or ``"weighted"``: ``Σ_side w_side · minmax(score)``.
+        text_weight: w of the text side for ``"weighted"`` (the image side gets 1 - w). Ours: 0.5.
+    Stages 2-4, graph retrieval:
+        retrieval: ``"graph"`` (stages 2-4) or ``"chunks"`` (the top `chunks_k` segments of the
+            Kd documents by question + caption tokens; mKG-RAG's ablation).
+        kg: entities and relations retrieved per query (mKG-RAG: 10 each).
+        hops: expansion depth l in [0, 3] (mKG-RAG: 1).
+        filter: ``"off"`` (mKG-RAG's released configuration), ``"mkg"`` (its code's rule) or
+            ``"default"`` (the engine's rule; see :mod:`.expand`).
+        threshold: the filter threshold; None takes :func:`calibrated_threshold` of the text
+            encoder for ``"default"`` and 0.5 for ``"mkg"``.
+        min_keep: items kept per judged list when fewer pass (mKG-RAG: 3).
+        expansion_budget: most nodes one query's expansion may reach (ours: 256).
+    Stage 5, visual ranking:
+        visual_ranker: ``"maxsim"`` (ColGraphRAG), ``"pooled"`` or ``"off"`` (no images).
+        visual_units: ``"patches"`` (C_vis tokens vs image patches; needs one late-interaction
+            model for both roles), ``"text_view"`` (vs the images' text views, the offline
+            surrogate) or ``"auto"`` (patches when the index's encoders share a space).
+        k: images and regions kept, E_k(q) (ColGraphRAG: 10).
+        all_document_images: also rank every image of the Kd documents, not only those attached
+            to the expanded subgraph.
+    Stage 6, evidence:
+        evidence_k: text evidence items (segments and tables) kept in B(q) (ours: 10).
+        gstar_rounds, gstar_budget: G*(q)'s iterative expansion: at most this many filtered
+            hops, and at most this many nodes (ours: 3 and 64).
+    Stage 7, context:
+        context_mode: ``"graph"`` (entities, relations, images), ``"chunks"`` (sources) or
+            ``"hybrid"`` (both; default, as LightRAG's hybrid mode).
+        budget_entities, budget_relations, budget_sources, budget_images: token budgets per
+            section (ours: 1,500, 1,500, 3,000 and 500 tokens; tokens as :func:`count_tokens`).
+        only_context: return the context without calling a generator.
+    """
+    kd: int = 10
+    recall_side: str = "fused"
+    recall_ranker: str = "maxsim"
+    fusion: str = "rrf"
+    rrf_k: int = 60
+    text_weight: float = 0.5
+    retrieval: str = "graph"
+    chunks_k: int = 10
+    kg: int = 10
+    hops: int = 1
+    filter: str = "default"
+    threshold: float | None = None
+    min_keep: int = 3
+    expansion_budget: int = 256
+    visual_ranker: str = "maxsim"
+    visual_units: str = "auto"
+    k: int = 10
+    all_document_images: bool = False
+    evidence_k: int = 10
+    gstar_rounds: int = 3
+    gstar_budget: int = 64
+    context_mode: str = "hybrid"
+    budget_entities: int = 1500
+    budget_relations: int = 1500
+    budget_sources: int = 3000
+    budget_images: int = 500
+    only_context: bool = True
+
+    def __post_init__(self):
+        _int(self.kd, "kd", 1, 10_000)
+        _choice(self.recall_side, "recall_side", RECALL_SIDES)
+        _choice(self.recall_ranker, "recall_ranker", RECALL_RANKERS)
+        _choice(self.fusion, "fusion", FUSIONS)
+        _int(self.rrf_k, "rrf_k", 0, 1_000_000)
+        _float(self.text_weight, "text_weight", 0.0, 1.0)
+        _choice(self.retrieval, "retrieval", RETRIEVALS)
+        _int(self.chunks_k, "chunks_k", 1, 10_000)
+        _int(self.kg, "kg", 1, 10_000)
+        _int(self.hops, "hops", 0, 3)
+        _choice(self.filter, "filter", FILTERS)
+        if self.threshold is not None:
+            _float(self.threshold, "threshold", -1.0, 1.0)
+        _int(self.min_keep, "min_keep", 0, 10_000)
+        _int(self.expansion_budget, "expansion_budget", 1, 10_000_000)
+        _choice(self.visual_ranker, "visual_ranker", VISUAL_RANKERS)
+        _choice(self.visual_units, "visual_units", VISUAL_UNITS)
+        _int(self.k, "k", 1, 10_000)
+        _bool(self.all_document_images, "all_document_images")
+        _int(self.evidence_k, "evidence_k", 1, 10_000)
+        _int(self.gstar_rounds, "gstar_rounds", 0, 16)
+        _int(self.gstar_budget, "gstar_budget", 1, 1_000_000)
+        _choice(self.context_mode, "context_mode", CONTEXT_MODES)
+        for name in ("budget_entities", "budget_relations", "budget_sources", "budget_images"):
+            _int(getattr(self, name), name, 0, 10_000_000)
+        _bool(self.only_context, "only_context")
+
+    def replace(self, **changes) -> PipelineConfig:
+        """A copy with `changes` applied (validated; unknown names raise ValueError)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"config: unknown setting(s) {unknown}; known: {sorted(known)}")
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _int(value, name, low, high):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: expected an int in [{low}, {high}], got {value}")
+
+
+def _float(value, name, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name}: expected a number in [{low}, {high}], got {value}")
+
+
+def _bool(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+
+
+def _choice(value, name, options):
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one of {options}, got {type(value).__name__}")
+    if value not in options:
+        raise ValueError(f"{name}: expected one of {options}, got {value!r}")

@@ -1,0 +1,144 @@
+"""Stage 7: the context a generator reads, and the optional generator.
+
+Sections, in the manner LightRAG and mKG-RAG users know: **entities** (name, type, description,
+rank = degree in the index graph), **relations** (source, target, keywords, description, weight,
+rank = summed endpoint degrees), **sources** (text chunks) and **images** (name, document, box,
+visual score, text view). Each section keeps its items in rank order until its token budget
+is spent (the item that would pass the budget, and all after it, are left out).
+``context_mode``: ``"graph"`` = entities, relations and images; ``"chunks"`` = sources and
+images; ``"hybrid"`` = all four.
+
+Tokens are counted by :func:`count_tokens` (words and punctuation marks; no model tokenizer is
+assumed, so budgets are approximate for any given LLM: our choice).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Words and punctuation marks in `text`."""
+    return len(_TOKEN.findall(text))
+
+
+@dataclass
+class Context:
+    """The ranked sections of one query's context, ready to render."""
+    question: str
+    entities: list[dict] = field(default_factory=list)
+    relations: list[dict] = field(default_factory=list)
+    sources: list[dict] = field(default_factory=list)
+    images: list[dict] = field(default_factory=list)
+    mode: str = "hybrid"
+    image_units: str = ""
+    tokens: dict = field(default_factory=dict)
+
+    def render(self) -> str:
+        """Prompt text: one block per section, one JSON object per line."""
+        parts = [f"Question: {self.question}"]
+        for title, rows in (("Entities", self.entities), ("Relations", self.relations),
+                            ("Sources", self.sources), ("Images", self.images)):
+            if rows:
+                parts.append(f"---- {title} ----")
+                parts.extend(json.dumps(r, ensure_ascii=False) for r in rows)
+        if self.images and self.image_units == "text_view":
+            parts.append("(images ranked by their text views: caption, OCR text and region labels; "
+                         "no text-image model was used)")
+        return "\n".join(parts)
+
+
+def _fit(rows: list[dict], budget: int) -> tuple[list[dict], int]:
+    kept, used = [], 0
+    for r in rows:
+        t = count_tokens(json.dumps(r, ensure_ascii=False))
+        if used + t > budget:
+            break
+        kept.append(r)
+        used += t
+    return kept, used
+
+
+def build_context(question: str, evidence, visual_rows: list[dict], cfg, image_units: str) -> Context:
+    ents = [{"entity": e["name"], "type": e["type"], "description": e["description"], "rank": e["rank"],
+             "document": e["doc_id"]} for e in sorted(evidence.entities, key=lambda e: (-e["score"], e["node"]))]
+    rels = [{"source": r["source"], "target": r["target"], "keywords": r["keywords"], "description": r["description"],
+             "weight": r["weight"], "rank": r["rank"], "document": r["doc_id"]} for r in evidence.relations]
+    srcs = [{"id": s["node"], "document": s["doc_id"], "kind": s["kind"], "content": s["text"]} for s in evidence.sources]
+    ctx = Context(question, mode=cfg.context_mode, image_units=image_units)
+    use_graph = cfg.context_mode in ("graph", "hybrid")
+    use_chunks = cfg.context_mode in ("chunks", "hybrid")
+    if use_graph:
+        ctx.entities, ctx.tokens["entities"] = _fit(ents, cfg.budget_entities)
+        ctx.relations, ctx.tokens["relations"] = _fit(rels, cfg.budget_relations)
+    if use_chunks:
+        ctx.sources, ctx.tokens["sources"] = _fit(srcs, cfg.budget_sources)
+    ctx.images, ctx.tokens["images"] = _fit(visual_rows, cfg.budget_images)
+    return ctx
+
+
+@dataclass
+class Answer:
+    """What the generator returned, or why it did not."""
+    text: str | None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class OpenAIGenerator:
+    """Calls an OpenAI-compatible chat-completions endpoint the user configures.
+
+    Args:
+        model: the model name the endpoint serves.
+        base_url, api_key: the endpoint (None: the ``openai`` client's environment defaults).
+        timeout: seconds per request; max_retries: the client's retries.
+        send_images: attach the query image and the E_k images as image content.
+        system: the system prompt (ours, written for this project).
+    """
+
+    SYSTEM = ("Answer the question using only the context: entities, relations, text sources and images "
+              "retrieved from the user's documents. If the context does not hold the answer, say so.")
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 60.0,
+                 max_retries: int = 2, send_images: bool = False, system: str | None = None):
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model: expected a non-empty model name, got {model!r}")
+        self.model, self.base_url, self.api_key = model, base_url, api_key
+        self.timeout, self.max_retries, self.send_images = float(timeout), int(max_retries), bool(send_images)
+        self.system = self.SYSTEM if system is None else system
+
+    def __call__(self, prompt: str, images: list) -> str:
+        from openai import OpenAI  # optional dependency, imported when a generator is used
+
+        client = OpenAI(base_url=self.base_url, api_key=self.api_key or "unused", timeout=self.timeout,
+                        max_retries=self.max_retries)
+        content: list[dict] = [{"type": "text", "text": prompt}]
+        if self.send_images:
+            for im in images:
+                buf = io.BytesIO()
+                im.save(buf, format="PNG")
+                url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+                content.append({"type": "image_url", "image_url": {"url": url}})
+        reply = client.chat.completions.create(model=self.model, messages=[
+            {"role": "system", "content": self.system}, {"role": "user", "content": content}])
+        return reply.choices[0].message.content or ""
+
+
+def run_generator(generator: Callable[[str, list], str], prompt: str, images: list) -> Answer:
+    """Calls `generator`; any failure is returned as the answer's error, never raised."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        text = generator(prompt, images)
+        if not isinstance(text, str):
+            raise TypeError(f"generator returned {type(text).__name__}, expected str")
+        return Answer(text, None, time.perf_counter() - t0)
+    except Exception as exc:  # the context must survive a failing endpoint
+        return Answer(None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0)

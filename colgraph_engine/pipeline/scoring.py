@@ -1,0 +1,94 @@
+"""Scoring helpers shared by the stages: every call scores all queries of a batch at once.
+
+Stores hold packed multi-vectors; a query batch is packed the same way (``values [Tq, d]``,
+``offsets [Nq+1]``). ``maxsim`` is ``s(q, x) = Σ_i max_j <q_i, x_j>`` (colgraph_engine.ops);
+``pooled`` is the cosine of mean unit vectors (the single-vector baseline).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import ops
+from ..ops import reference
+from ..store import PackedStore
+
+
+def as_store_dtype(qv: torch.Tensor, store: PackedStore) -> torch.Tensor:
+    return qv.to(device=store.device, dtype=store.dtype)
+
+
+def score_all(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, ranker: str) -> torch.Tensor:
+    """``[Nq, N]`` float32 scores of every query against every slot of `store`."""
+    if ranker == "maxsim":
+        return ops.maxsim(as_store_dtype(qv, store), qo.to(store.device), store.values, store.offsets).cpu()
+    return ops.pooled_scores(qv.float(), qo, store.values.float(), store.offsets).cpu()
+
+
+def score_pairs(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, cand_offsets: np.ndarray,
+                cand_slots: np.ndarray, ranker: str) -> np.ndarray:
+    """``[C]`` float32 scores of each query against its own candidate slots (CSR)."""
+    if cand_slots.size == 0:
+        return np.zeros(0, np.float32)
+    co = torch.from_numpy(np.ascontiguousarray(cand_offsets, np.int64))
+    ci = torch.from_numpy(np.ascontiguousarray(cand_slots, np.int64))
+    if ranker == "maxsim":
+        return ops.maxsim_candidates(as_store_dtype(qv, store), qo.to(store.device), store.values, store.offsets,
+                                     co.to(store.device), ci.to(store.device)).cpu().numpy()
+    # pooled: pool the queries and only the listed items (never the whole store)
+    uniq, inv = np.unique(cand_slots, return_inverse=True)
+    rows = [store.values[int(store.offsets[s]):int(store.offsets[s + 1])].float() for s in uniq.tolist()]
+    lengths = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64)
+    xo = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=xo[1:])
+    xv = torch.cat(rows) if rows else torch.zeros((0, store.dim))
+    qp = reference.pooled_vectors(qv.float().cpu(), qo.cpu())            # [Nq, d]
+    xp = reference.pooled_vectors(xv.cpu(), xo)                           # [U, d]
+    owner = np.repeat(np.arange(cand_offsets.size - 1), np.diff(cand_offsets))
+    return (qp[torch.from_numpy(owner)] * xp[torch.from_numpy(inv.reshape(-1))]).sum(1).numpy()
+
+
+def cosine_pairs(store: PackedStore, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
+                 cand_slots: np.ndarray) -> np.ndarray:
+    """``[C]`` cosine of each query's single vector ``qvec [Nq, d]`` with its candidate items of
+    a one-vector-per-item store (``norms [N]``: the items' L2 norms)."""
+    if cand_slots.size == 0:
+        return np.zeros(0, np.float32)
+    q = torch.nn.functional.normalize(qvec.float(), dim=1)
+    qo = torch.arange(q.shape[0] + 1, dtype=torch.int64)
+    dots = score_pairs(store, q, qo, cand_offsets, cand_slots, "maxsim")
+    n = norms[cand_slots]
+    return np.where(n > 0, dots / np.maximum(n, 1e-30), 0.0).astype(np.float32)
+
+
+def item_norms(store: PackedStore) -> np.ndarray:
+    """``[N]`` L2 norm of each item of a one-vector-per-item store (0 for an empty item)."""
+    v = store.values.float()
+    norms = torch.zeros(store.n_slots)
+    if v.shape[0]:
+        lengths = store.offsets.diff()
+        owner = torch.repeat_interleave(torch.arange(store.n_slots), lengths.cpu())
+        norms.index_add_(0, owner, v.norm(dim=1).cpu())
+        norms = norms / lengths.clamp(min=1).cpu()
+    return norms.numpy()
+
+
+def csr_from_lists(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([x.size for x in lists], out=offsets[1:])
+    values = np.concatenate(lists).astype(np.int64) if lists else np.zeros(0, np.int64)
+    return offsets, values
+
+
+def order_desc(scores: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Indices sorting by score descending, then key ascending (deterministic ties)."""
+    return np.lexsort((keys, -scores.astype(np.float64)))
+
+
+def rrf(rank_lists: list[dict[int, int]], k: int) -> dict[int, float]:
+    """Reciprocal-rank fusion ``Σ_lists 1 / (k + rank)`` with ranks from 1."""
+    out: dict[int, float] = {}
+    for ranks in rank_lists:
+        for item, r in ranks.items():
+            out[item] = out.get(item, 0.0) + 1.0 / (k + r)
+    return out

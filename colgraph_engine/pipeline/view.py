@@ -1,0 +1,98 @@
+"""A read-only view of a :class:`~colgraph_engine.kg.KnowledgeIndex` shaped for the query path:
+per-node and per-edge arrays of the merged graph, document number lookups, and the positions of
+each document's items in every store. Built once per assembled graph (the index reassembles
+after every change, and the view follows)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..graph.kinds import NodeKind
+from ..kg.index import UID_SHIFT, KnowledgeIndex
+
+
+@dataclass
+class StoreView:
+    """One store's items: ``doc [N]`` document number of each slot, ``local [N]`` its local node
+    (or edge) id, ``node [N]`` its graph node (or edge) id, and the slots of each document as
+    ``first_slot [D+1]`` over the sorted document numbers ``numbers [D]`` (a document's items
+    are contiguous in a store: the index appends and compacts them together)."""
+    name: str
+    doc: np.ndarray
+    local: np.ndarray
+    node: np.ndarray
+    numbers: np.ndarray
+    first_slot: np.ndarray
+
+    def slots_of(self, numbers: np.ndarray) -> np.ndarray:
+        """Store slots ``[k]`` of the documents `numbers` (ascending per document, in the given
+        document order)."""
+        at = np.searchsorted(self.numbers, numbers)
+        at = at[(at < self.numbers.size) & (self.numbers[np.minimum(at, max(self.numbers.size - 1, 0))] == numbers)] \
+            if self.numbers.size else np.zeros(0, np.int64)
+        lo, hi = self.first_slot[at], self.first_slot[at + 1]
+        if not lo.size:
+            return np.zeros(0, np.int64)
+        lens = hi - lo
+        return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+
+
+class IndexView:
+    """Arrays of the merged graph and its stores, for one assembled graph of `index`."""
+
+    def __init__(self, index: KnowledgeIndex):
+        self.index = index
+        self.graph = index.graph
+        g = self.graph
+        self.node_kind = g.node_kind
+        self.node_doc = g.node_doc
+        self.edge_src, self.edge_dst = g.edges()
+        self.edge_kind = g.edge_kind
+        self.edge_weight = g.edge_weight
+        self.alias_of = g.alias_of
+        self.node_uid = index.node_uid()
+        self.doc_ids = index.documents
+        self.numbers = np.asarray([index.doc_number(d) for d in self.doc_ids], np.int64)  # ascending
+        self.doc_id_of = dict(zip(self.numbers.tolist(), self.doc_ids))
+        self.node_first = np.searchsorted(self.node_doc, np.append(self.numbers, np.iinfo(np.int64).max))
+        self.stores = {name: self._store_view(name, st) for name, st in index.stores.items()}
+
+    def _store_view(self, name, store) -> StoreView:
+        uids = store.ids.cpu().numpy()
+        if not bool(store.alive.all()):
+            raise ValueError(f"index store {name!r}: has deleted items (compact it first)")
+        doc = uids >> UID_SHIFT
+        local = uids & ((1 << UID_SHIFT) - 1)
+        if doc.size and (np.diff(doc) < 0).any():
+            raise ValueError(f"index store {name!r}: documents are not stored in order")
+        node = np.full(uids.size, -1, np.int64)
+        if uids.size:
+            node = self.index.edges_of_uids(uids) if name == "relation" else self.index.nodes_of_uids(uids)
+        numbers, first = np.unique(doc, return_index=True)
+        return StoreView(name, doc, local, node, numbers, np.append(first, doc.size).astype(np.int64))
+
+    @property
+    def n_documents(self) -> int:
+        return int(self.numbers.size)
+
+    def nodes_of_docs(self, numbers: np.ndarray, kind: NodeKind | None = None) -> np.ndarray:
+        """Graph nodes ``[k]`` of the documents `numbers` (optionally of one kind)."""
+        at = np.searchsorted(self.numbers, numbers)
+        out = [np.arange(self.node_first[i], self.node_first[i + 1]) for i in at.tolist()]
+        nodes = np.concatenate(out) if out else np.zeros(0, np.int64)
+        return nodes if kind is None else nodes[self.node_kind[nodes] == kind]
+
+    def store_slots(self, store: str, nodes: np.ndarray) -> np.ndarray:
+        """Slots ``[k]`` of `store` holding the graph nodes (or relation edges) `nodes`; -1 where
+        the store has no vectors for that node."""
+        sv = self.stores.get(store)
+        if sv is None or not sv.node.size:
+            return np.full(len(nodes), -1, np.int64)
+        pos = np.searchsorted(sv.node, nodes)  # graph ids rise with (document, local id) as slots do
+        pos_c = np.minimum(pos, sv.node.size - 1)
+        return np.where(sv.node[pos_c] == nodes, pos_c, -1)
+
+
+__all__ = ["IndexView", "StoreView"]
