@@ -33,6 +33,7 @@ namespace colgraph {
 namespace {
 
 constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();  // an unscored node
 // Reads of to[e] / from[e] for uncopied lists are prefetched this many entries ahead: more of
 // them are then in flight than the out-of-order window alone keeps (about 12% off the induced
 // edges at l = 2 on the benchmark graph, measured in a C++ harness).
@@ -517,9 +518,16 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
         }
       }
 
-      // ---- Keep and admit, in discovery order.
+      // ---- Keep and admit, in discovery order. The top-up draws only from scored candidates
+      // (score > -inf: an unlisted sparse node never rides in on min_keep); they are counted
+      // only when the top-up is needed at all, so the common case pays nothing for it.
       const int64_t n_cand = static_cast<int64_t>(nc);
-      const int64_t top_up = std::min(opt.min_keep, n_cand) - passing;
+      int64_t top_up = std::min(opt.min_keep, n_cand) - passing;
+      if (top_up > 0 && have_scores) {
+        int64_t scored = 0;
+        for (size_t i = 0; i < nc; ++i) scored += judged[i] > kNegInf;
+        top_up = std::min(opt.min_keep, scored) - passing;
+      }
       const int64_t room = opt.budget >= 0 ? opt.budget - (static_cast<int64_t>(A.size) - base)
                                            : std::numeric_limits<int64_t>::max();
       const int64_t next_begin = static_cast<int64_t>(A.size) - base;
@@ -549,8 +557,9 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
         A.size = w + n_keep;
       } else {
         // Keep those with score > threshold, topped up to min_keep with the best of the rest
-        // (score desc, node asc). If the budget cannot hold every kept unit, the best are taken
-        // in rank order up to the first that does not fit, and the search stops.
+        // that have a score > -inf (score desc, node asc; there are at least top_up of them).
+        // If the budget cannot hold every kept unit, the best are taken in rank order up to the
+        // first that does not fit, and the search stops.
         std::vector<uint8_t>& keep = s.keep;
         std::vector<RankKey>& keys = s.keys;
         keep.assign(nc, have_scores ? 0 : 1);
@@ -562,7 +571,7 @@ Expansion KnowledgeGraph::expand(int64_t nq, CsrView seeds, ScoresView scores, C
           if (top_up > 0) {
             keys.clear();
             for (size_t i = 0; i < nc; ++i)
-              if (!keep[i]) keys.push_back(RankKey{judged[i], cn[i], static_cast<int64_t>(i)});
+              if (!keep[i] && judged[i] > kNegInf) keys.push_back(RankKey{judged[i], cn[i], static_cast<int64_t>(i)});
             std::nth_element(keys.begin(), keys.begin() + top_up - 1, keys.end(), better);
             for (int64_t i = 0; i < top_up; ++i) keep[keys[i].index] = 1;
           }

@@ -44,6 +44,11 @@ OPTION_SETS = [
     dict(scores="dense", threshold=0.5, min_keep=3, aliases=True),
     dict(scores="dense", threshold=0.4, min_keep=2, aliases=True, docs="two", node_kinds=[0, 2, 4]),
     dict(aliases=True, merge_aliases=False),
+    # scores for part of the nodes and a min_keep the scored ones often cannot fill: the top-up
+    # must stop at the scored candidates
+    dict(scores="sparse", threshold=0.7, min_keep=6),
+    dict(scores="sparse", threshold=0.6, min_keep=4, aliases=True, budget=30),
+    dict(scores="dense_inf", threshold=0.8, min_keep=5, docs="two"),
 ]
 
 
@@ -58,6 +63,8 @@ def make_args(opts, n, nq, rng):
         offsets = np.concatenate([[0], np.cumsum([x.size for x in listed])])
         nodes = np.concatenate(listed)
         kw["scores"] = SparseScores(offsets, nodes, rng.random(nodes.size).astype(np.float32))
+    elif scores == "dense_inf":  # about half of each row unscored
+        kw["scores"] = np.where(rng.random((nq, n)) < 0.5, -np.inf, dense).astype(np.float32)
     elif scores == "dicts":
         kw["scores"] = [{int(v): float(dense[q, v]) for v in rng.choice(n, n // 2, replace=False)} for q in range(nq)]
     if opts.get("docs") == "two":
@@ -84,6 +91,8 @@ def test_native_equals_reference(seed, hops, opts):
     kw = make_args(opts, n, nq, rng)
     a, b = native.expand(seeds, hops, **kw), ref.expand(seeds, hops, **kw)
     assert a.equals(b)
+    if "scores" in kw and not opts.get("aliases"):  # (alias members ride with their unit)
+        assert (a.score[a.hop > 0] > -np.inf).all()  # no unscored node past the seeds
     assert a.node_offsets[-1] >= sum(len(set(s)) for s in seeds) or "aliases" in opts or kw.get("budget")
 
 
@@ -150,6 +159,51 @@ def test_relevance_rule_threshold_then_min_keep(backend):
     ex = g.expand([[0]], 2, scores=s, threshold=0.8, min_keep=0)
     assert ex[0].nodes.tolist() == [0, 1] and ex[0].edges.tolist() == [0]  # 7 is 0.8, not > 0.8
     np.testing.assert_array_equal(ex[0].score, np.array([1.0, 0.9], np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("form", ["sparse", "dicts"])
+def test_min_keep_top_up_never_admits_unlisted_sparse_nodes(backend, form):
+    g = KnowledgeGraph.from_arrays(*star(), backend=backend)
+    listed = {2: 0.3, 5: 0.9}  # of 0's neighbours 1..6, only 2 and 5 have a score
+    scores = (SparseScores(np.array([0, 2]), np.array(list(listed)), np.array(list(listed.values()), np.float32))
+              if form == "sparse" else [listed])
+    r = g.expand([[0]], 2, scores=scores, threshold=0.5, min_keep=4)[0]
+    assert r.nodes.tolist() == [0, 2, 5]  # 5 passes, 2 tops up; 1, 3, 4, 6 (and 7 behind 1) stay out
+    assert r.hop.tolist() == [0, 1, 1] and r.parent.tolist() == [-1, 0, 0] and r.parent_edge.tolist() == [-1, 1, 4]
+    np.testing.assert_array_equal(r.score, np.array([-np.inf, 0.3, 0.9], np.float32))
+    assert r.edges.tolist() == [1, 4]
+    assert g.expand([[0]], 1, scores=[{}], threshold=0.5, min_keep=3)[0].nodes.tolist() == [0]  # nothing scored
+    assert g.expand([[0]], 1, scores=[{3: -np.inf, 6: 0.1}], min_keep=3)[0].nodes.tolist() == [0, 6]  # listed as -inf
+    assert g.expand([[0]], 1, scores=None, min_keep=3)[0].nodes.tolist() == [0, 1, 2, 3, 4, 5, 6]  # no filter
+    # an alias unit is scored by its best member: 4 (unlisted) rides in on 7's score, 7 with it
+    g.set_aliases([-1, -1, -1, -1, 0, -1, -1, 0])
+    scores = [{2: 0.3, 5: 0.9, 7: 0.1}]
+    r = g.expand([[0]], 1, scores=scores, threshold=0.5, min_keep=4)[0]
+    assert r.nodes.tolist() == [0, 2, 4, 7, 5] and r.parent.tolist() == [-1, 0, 0, 4, 0]
+    np.testing.assert_array_equal(r.score, np.array([-np.inf, 0.3, -np.inf, 0.1, 0.9], np.float32))
+    scores = [{2: 0.3, 5: 0.9}]  # the unit {4, 7} unscored: it stays out
+    assert g.expand([[0]], 1, scores=scores, threshold=0.5, min_keep=4)[0].nodes.tolist() == [0, 2, 5]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_min_keep_top_up_never_admits_minus_inf_in_a_dense_matrix(backend):
+    g = KnowledgeGraph.from_arrays(*star(), backend=backend)
+    inf = np.inf
+    s = np.array([[1.0, -inf, 0.2, -inf, -inf, 0.6, -inf, 0.8],
+                  [-inf] * 8,
+                  [1.0, 0.4, 0.2, -inf, 0.4, 0.6, -inf, 0.8]], np.float32)
+    ex = g.expand([[0], [0], [0]], 2, scores=s, threshold=0.5, min_keep=4)
+    assert ex[0].nodes.tolist() == [0, 2, 5]  # 5 passes, 2 tops up; the -inf ones stay out
+    np.testing.assert_array_equal(ex[0].score, np.array([1.0, 0.2, 0.6], np.float32))
+    assert ex[1].nodes.tolist() == [0]
+    # three scored below the threshold fill the three places; 7 passes at hop 2
+    assert ex[2].nodes.tolist() == [0, 1, 2, 4, 5, 7] and ex[2].hop.tolist() == [0, 1, 1, 1, 1, 2]
+    # one place: 1 and 4 tie at 0.4, the lower id wins
+    assert g.expand([[0]], 1, scores=s[2:], threshold=0.5, min_keep=2)[0].nodes.tolist() == [0, 1, 5]
+    assert g.expand([[0]], 1, scores=s[:1], threshold=-inf, min_keep=6)[0].nodes.tolist() == [0, 2, 5]
+    budget = g.expand([[0]], 1, scores=s[:1], threshold=0.5, min_keep=4, budget=2)[0]
+    assert budget.nodes.tolist() == [0, 5]  # the budget takes the best of the kept
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

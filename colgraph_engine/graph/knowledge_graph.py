@@ -272,7 +272,11 @@ class KnowledgeGraph:
             scores: relevance of nodes per query: a dense ``[Nq, n_nodes]`` float array, a
                 :class:`SparseScores`, a list of ``{node: score}`` dicts, or None (no filter).
             threshold, min_keep: per hop, neighbours with score > threshold are kept, and at
-                least the `min_keep` best when fewer pass (mKG-RAG's rule: 0.5 and 3).
+                least the `min_keep` best when fewer pass (mKG-RAG's rule: 0.5 and 3). The
+                top-up draws only from candidates with a score > -inf (ties by lower node id):
+                a node unlisted in sparse scores, or -inf in a dense matrix, is never admitted
+                by it, so fewer than `min_keep` may be kept. With ``scores=None`` every
+                neighbour is kept.
             node_kinds, edge_kinds: kinds that may be reached / traversed (None: all).
             docs: per query, the document ids the expansion may enter (None: all).
             budget: most nodes per query, seeds included (seeds are always kept).

@@ -12,7 +12,9 @@ The rules, shared with the C++ implementation (csrc/graph.cpp):
     candidate the first time it is seen, if it is unseen, of an allowed kind and in an allowed
     document; the discovering node and edge become its parent;
   * candidates are ranked by (score desc, node asc); those with score > threshold are kept,
-    and at least `min_keep` of the best when fewer pass; the budget caps the nodes reached;
+    and at least `min_keep` of the best when fewer pass, where the top-up takes only
+    candidates with a score > -inf (an unscored node, unlisted in sparse scores or -inf in a
+    dense row, is never admitted by it); the budget caps the nodes reached;
   * a candidate not kept is dropped for good (a node is judged once, at its BFS distance);
   * with alias merging, the allowed members of an alias group move together as one unit
     (scored by their best member, admitted right after the member that was found).
@@ -294,9 +296,10 @@ class ReferenceGraph:
             keep = np.ones(c, bool)
         else:
             keep = unit_score > np.float32(threshold)
-            top_up = min(min_keep, c) - int(keep.sum())
+            scored = unit_score > -np.inf  # the top-up never admits an unscored (-inf) candidate
+            top_up = min(min_keep, int(scored.sum())) - int(keep.sum())
             if top_up > 0:
-                rest = np.nonzero(~keep)[0]
+                rest = np.nonzero(~keep & scored)[0]
                 keep[rest[np.lexsort((v[rest], -unit_score[rest]))][:top_up]] = True
         full = False
         if budget >= 0 and int(sizes[keep].sum()) > budget - n_reached:
