@@ -92,6 +92,11 @@ def test_entities_merge_within_a_document_with_majority_type_and_all_description
     assert g.edge_weight[e] == 2.0
     assert g.edge_keywords[e] == "capital, history, rail"
     assert g.edge_text[e] == "Both were capitals.\nA train links them."
+    assert g.edge_prov[g.edge_prov_offsets[e]:g.edge_prov_offsets[e + 1]].tolist() == [1]
+    # a relation of the first segment keeps ordinal 0 in its provenance (0 is not "empty")
+    first = build_document_graph(DocumentInput("f", sections=["one"], extractions=[seg1]))
+    (e0,) = first.edges_of(EdgeKind.RELATION)
+    assert first.edge_prov[first.edge_prov_offsets[e0]:first.edge_prov_offsets[e0 + 1]].tolist() == [0]
     mentions = {(g.node_name[g.edge_src[e]], g.node_name[g.edge_dst[e]]): g.edge_weight[e]
                 for e in g.edges_of(EdgeKind.MENTIONS)}
     assert mentions == {("segment-0", "Kyoto"): 2, ("segment-0", "Nara"): 1, ("segment-1", "Kyoto"): 3,

@@ -313,8 +313,9 @@ class _Builder:
 
 
 def _union(target: list, items) -> None:
+    """Appends the items not yet in `target`, skipping empty strings (segment ordinal 0 is kept)."""
     for item in items:
-        if item and item not in target:
+        if item is not None and item != "" and item not in target:
             target.append(item)
 
 

@@ -116,7 +116,10 @@ def build_evidence(view: IndexView, scorer: TextScorer, sub: Subgraph, visual, t
                 continue
             du, dw = index.describe_node(u), index.describe_node(w)
             image = du["image"]
-            label = du["type"] or du["name"] if du["kind"] == "region" else du["name"]
+            # an object region reads as its category, a relation region as its scene-graph triple
+            relation_region = du["kind"] == "region" and du["name"].startswith("relation-")
+            label = du["text"] if relation_region else (du["type"] or du["name"]) if du["kind"] == "region" \
+                else du["name"]
             records.append(Record(label, "depicts", dw["name"], du["text"], du["doc_id"], tuple(du["segments"]),
                                   (u, w), e, image, du["bbox"], float(vscore[u]), "image"))
         ge_nodes = np.unique(np.asarray([n for r in records for n in r.nodes], np.int64))
