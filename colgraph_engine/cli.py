@@ -118,13 +118,17 @@ def cmd_demo(args) -> int:
         for r in results:
             print_result(r)
             print()
-        m, p = results[0].images, pooled.images
-        print("MaxSim vs pooled visual ranking for the first question (same candidates, same text views):")
-        print(f"  MaxSim top-1: {m[0].image} / {m[0].name if m[0].kind == 'region' else 'whole image'}  ({m[0].score:.3f})")
-        print(f"  pooled top-1: {p[0].image} / {p[0].name if p[0].kind == 'region' else 'whole image'}  ({p[0].score:.3f})")
-        print("  The mission patch is a small region of the astronaut portrait: MaxSim matches the question's "
-              "'mission patch' tokens to that region's label,\n  while pooling averages each text view into one "
-              "vector, where the short rocket caption's broad words weigh more.")
+        m, p = ([h for h in r.images if h.kind == "image"] for r in (results[0], pooled))
+        print("MaxSim vs pooled visual ranking, first question, whole images (same candidates, same text views):")
+        print("  MaxSim: " + ", ".join(f"{h.image} {h.score:.3f}" for h in m))
+        print("  pooled: " + ", ".join(f"{h.image} {h.score:.3f}" for h in p))
+        if m[0].image == p[0].image:
+            print(f"  both rankers pick {m[0].image}")
+        else:
+            print(f"  MaxSim picks {m[0].image}, pooled picks {p[0].image}. The question asks for a small detail, the "
+                  "mission patch, which is one region label\n  in the portrait's long text view: MaxSim matches the "
+                  "'patch' token to it, pooling averages it away and the rocket photo's short\n  caption, which shares "
+                  "the broad word 'photo', wins.")
     if tmp is not None:
         tmp.cleanup()
     return 0

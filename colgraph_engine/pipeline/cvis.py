@@ -179,7 +179,7 @@ _VISUAL_NOUNS = frozenset("""
     screenshot sign flag painting cover label icon banner uniform shirt building statue drawing
     illustration sketch portrait cartoon comic emblem badge symbol crest stamp coin banknote
     card ticket billboard mural sculpture monument tower bridge helmet hat cap dress costume
-    mascot trophy medal sticker snapshot thumbnail infographic frame scene
+    mascot trophy medal sticker snapshot thumbnail infographic frame scene patch insignia suit tag cup mug
     car bus truck train airplane aircraft ship boat bicycle motorcycle
 """.split())
 

@@ -180,7 +180,7 @@ def chunk_subgraph(view: IndexView, text_q, docs: list[np.ndarray], k: int) -> S
         sub.relations.append(np.zeros(0, np.int64))
         sub.relation_scores.append(np.zeros(0, np.float32))
         sub.edges.append(np.zeros(0, np.int64))
-    sub.judged = int(cs.size)
+    sub.judged = np.diff(co)
     return sub
 
 

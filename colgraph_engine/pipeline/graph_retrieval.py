@@ -79,7 +79,7 @@ class Subgraph:
     relations: list[np.ndarray]
     relation_scores: list[np.ndarray]
     edges: list[np.ndarray]
-    judged: int = 0
+    judged: np.ndarray | None = None  # [Nq] items the filter scored per query (None: nothing judged)
 
 
 class TextScorer:
@@ -91,7 +91,7 @@ class TextScorer:
         self.norms = {}
         self.cache_nodes: list[dict[int, float]] = [dict() for _ in range(0 if text_vectors is None else text_vectors.shape[0])]
         self.cache_edges: list[dict[int, float]] = [dict() for _ in range(len(self.cache_nodes))]
-        self.scored = 0
+        self.scored = np.zeros(len(self.cache_nodes), np.int64)  # items scored per query
 
     def _norms(self, store: str) -> np.ndarray:
         if store not in self.norms:
@@ -106,7 +106,7 @@ class TextScorer:
             has = [s >= 0 for s in slots]
             co, cs = csr_from_lists([s[h] for s, h in zip(slots, has)])
             vals = cosine_pairs(self.view.index.stores[store], self._norms(store), self.q, co, cs)
-            self.scored += int(cs.size)
+            self.scored += np.diff(co)
             for i, (t, h) in enumerate(zip(todo, has)):
                 got = iter(vals[co[i]:co[i + 1]].tolist())
                 for x, ok in zip(t.tolist(), h.tolist()):
@@ -170,14 +170,15 @@ def retrieve_seeds(view: IndexView, scorer: TextScorer, docs: list[np.ndarray], 
         relation_scores.append(s)
     image_hits = [np.zeros(0, np.int64) for _ in range(nq)]
     image_linked = [np.zeros(0, np.int64) for _ in range(nq)]
-    n_image_c = 0
+    n_image_c = [0] * nq
     if image_q is not None and has_image is not None and has_image.any():
         rows = np.flatnonzero(has_image)
         cand = []
         for i in rows.tolist():
             cand.append([(name, view.stores[name].slots_of(docs[i])) for name in ("image", "region") if name in view.stores])
         hits = _rank_units(view, image_q, rows, cand, kg)
-        n_image_c = sum(c.size for per in cand for _, c in per)
+        for j, i in enumerate(rows.tolist()):
+            n_image_c[i] = int(sum(c.size for _, c in cand[j]))
         linked = view.graph.expand([h.tolist() for h in hits], hops=1, edge_kinds=DEPICT_KINDS,
                                    node_kinds=(NodeKind.ENTITY, NodeKind.IMAGE, NodeKind.REGION), direction="out",
                                    merge_aliases=False, with_edges=False, num_threads=num_threads)
@@ -192,8 +193,8 @@ def retrieve_seeds(view: IndexView, scorer: TextScorer, docs: list[np.ndarray], 
         allv = np.concatenate([entities[i], ends, image_linked[i]]).astype(np.int64)
         _, first = np.unique(allv, return_index=True)
         nodes.append(allv[np.sort(first)])
-    counts = {"entity_candidates": int(sum(c.size for c in ent_c)),
-              "relation_candidates": int(sum(c.size for c in rel_c)), "image_candidates": int(n_image_c)}
+    counts = {"entity_candidates": [int(c.size) for c in ent_c], "relation_candidates": [int(c.size) for c in rel_c],
+              "image_candidates": n_image_c}
     return Seeds(entities, entity_scores, relations, relation_scores, image_hits, image_linked, nodes, counts)
 
 
@@ -335,7 +336,7 @@ def mkg_expand(view: IndexView, scorer: TextScorer, seeds: Seeds, docs: list[np.
         out.relations.append(np.concatenate([r for r, _ in r_level]).astype(np.int64))
         out.relation_scores.append(np.concatenate([s for _, s in r_level]).astype(np.float32))
         out.edges.append(np.sort(out.relations[-1]))
-    out.judged = scorer.scored
+    out.judged = scorer.scored.copy()
     return out
 
 
@@ -363,5 +364,5 @@ def subgraph_from_expansion(view: IndexView, scorer: TextScorer, ex, seeds: Seed
         order = order_desc(s, r)
         out.relations.append(r[order])
         out.relation_scores.append(s[order])
-    out.judged = scorer.scored
+    out.judged = scorer.scored.copy()
     return out

@@ -222,12 +222,12 @@ class Pipeline:
         results = []
         for i, q in enumerate(qs):
             c = counts[i]
-            c["recall"] = {"units_scored": recall.units, "documents": int(docs[i].size)}
+            c["recall"] = {"units_scored": recall.units[i], "documents": int(docs[i].size)}
             if seeds is not None:
-                c["seeds"] = {**seeds.candidates, "entities": int(seeds.entities[i].size),
+                c["seeds"] = {**{k: v[i] for k, v in seeds.candidates.items()}, "entities": int(seeds.entities[i].size),
                               "relations": int(seeds.relations[i].size), "image_hits": int(seeds.image_hits[i].size),
                               "seed_nodes": int(seeds.nodes[i].size)}
-            c["expand"] = {"judged_total": int(sub.judged), "nodes": int(sub.nodes[i].size),
+            c["expand"] = {"judged": 0 if sub.judged is None else int(sub.judged[i]), "nodes": int(sub.nodes[i].size),
                            "relations": int(sub.relations[i].size), "edges": int(sub.edges[i].size)}
             c["visual"] = {"candidates": int(visual.candidates[i].size), "ranked": int(visual.nodes[i].size)}
             ev = evidence[i]

@@ -29,11 +29,11 @@ IMAGE_STORES = ("image",)
 @dataclass
 class Recall:
     """``docs[i]`` document numbers (best first) and ``scores[i]`` fused scores of query i;
-    ``sides[i]`` the sides actually used; ``units`` how many store items were scored."""
+    ``sides[i]`` the sides actually used; ``units[i]`` how many store items query i was scored against."""
     docs: list[np.ndarray]
     scores: list[np.ndarray]
     sides: list[tuple[str, ...]]
-    units: int
+    units: list[int]
 
 
 def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray) -> tuple[torch.Tensor, int]:
@@ -70,19 +70,19 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
     image_rows = np.flatnonzero(has_image) if use_image and image_q is not None else np.zeros(0, np.int64)
     sides: list[list[str]] = [[] for _ in range(nq)]
     per_side = []
-    units = 0
+    units = [0] * nq
     if text_rows.size:
         s, u = _side_scores(view, TEXT_STORES, *text_q, cfg.recall_ranker, text_rows)
         per_side.append((text_rows, s))
-        units += u
         for r in text_rows.tolist():
             sides[r].append("text")
+            units[r] += u
     if image_rows.size:
         s, u = _side_scores(view, IMAGE_STORES, *image_q, cfg.recall_ranker, image_rows)
         per_side.append((image_rows, s))
-        units += u
         for r in image_rows.tolist():
             sides[r].append("image")
+            units[r] += u
     d = view.n_documents
     fused = torch.zeros((nq, d), dtype=torch.float64)
     seen = torch.zeros((nq, d), dtype=torch.bool)
