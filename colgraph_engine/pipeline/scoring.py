@@ -37,15 +37,18 @@ def score_pairs(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, cand_off
                                      co.to(store.device), ci.to(store.device)).cpu().numpy()
     # pooled: pool the queries and only the listed items (never the whole store)
     uniq, inv = np.unique(cand_slots, return_inverse=True)
-    rows = [store.values[int(store.offsets[s]):int(store.offsets[s + 1])].float() for s in uniq.tolist()]
-    lengths = torch.tensor([r.shape[0] for r in rows], dtype=torch.int64)
-    xo = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    u = torch.from_numpy(uniq)
+    off = store.offsets.cpu()
+    starts, lengths = off[u], off[u + 1] - off[u]
+    owner = torch.repeat_interleave(torch.arange(u.numel()), lengths)
+    first = torch.repeat_interleave(starts - torch.cumsum(lengths, 0) + lengths, lengths)
+    rows = store.values.cpu()[first + torch.arange(owner.numel())].float()
+    xo = torch.zeros(u.numel() + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=xo[1:])
-    xv = torch.cat(rows) if rows else torch.zeros((0, store.dim))
     qp = reference.pooled_vectors(qv.float().cpu(), qo.cpu())            # [Nq, d]
-    xp = reference.pooled_vectors(xv.cpu(), xo)                           # [U, d]
-    owner = np.repeat(np.arange(cand_offsets.size - 1), np.diff(cand_offsets))
-    return (qp[torch.from_numpy(owner)] * xp[torch.from_numpy(inv.reshape(-1))]).sum(1).numpy()
+    xp = reference.pooled_vectors(rows, xo)                              # [U, d]
+    pair_owner = torch.from_numpy(np.repeat(np.arange(cand_offsets.size - 1), np.diff(cand_offsets)))
+    return (qp[pair_owner] * xp[torch.from_numpy(inv.reshape(-1))]).sum(1).numpy()
 
 
 def cosine_pairs(store: PackedStore, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
