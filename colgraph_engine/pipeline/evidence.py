@@ -141,7 +141,7 @@ def _score_sources(view: IndexView, text_q, lists: list[np.ndarray]) -> list[np.
             pos_l.append(pos[slots >= 0])
             slot_l.append(slots[slots >= 0])
         co, cs = csr_from_lists(slot_l)
-        vals = score_pairs(view.index.stores[name], qv, qo, co, cs, "maxsim")
+        vals = score_pairs(view.vectors[name], qv, qo, co, cs, "maxsim")
         for j, pos in enumerate(pos_l):
             out[j][pos] = vals[co[j]:co[j + 1]]
     return out
@@ -169,7 +169,7 @@ def chunk_subgraph(view: IndexView, text_q, docs: list[np.ndarray], k: int) -> S
     sv = view.stores.get("segment")
     lists = [sv.slots_of(d) if sv else np.zeros(0, np.int64) for d in docs]
     co, cs = csr_from_lists(lists)
-    vals = score_pairs(view.index.stores["segment"], *text_q, co, cs, "maxsim") if sv else np.zeros(0, np.float32)
+    vals = score_pairs(view.vectors["segment"], *text_q, co, cs, "maxsim") if sv else np.zeros(0, np.float32)
     sub = Subgraph([], [], [], [], [], [])
     for i in range(len(docs)):
         nodes, s = sv.node[cs[co[i]:co[i + 1]]] if sv else np.zeros(0, np.int64), vals[co[i]:co[i + 1]]

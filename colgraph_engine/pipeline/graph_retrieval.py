@@ -95,17 +95,17 @@ class TextScorer:
 
     def _norms(self, store: str) -> np.ndarray:
         if store not in self.norms:
-            self.norms[store] = item_norms(self.view.index.stores[store])
+            self.norms[store] = item_norms(self.view.vectors[store])
         return self.norms[store]
 
     def _score(self, store: str, per_query: list[np.ndarray], cache: list[dict]) -> list[np.ndarray]:
         """Scores ``per_query[i]`` (graph node or edge ids) for query i; -inf where no vector."""
         todo = [np.asarray([x for x in ids.tolist() if x not in cache[i]], np.int64) for i, ids in enumerate(per_query)]
-        if self.q is not None and store in self.view.index.stores and any(t.size for t in todo):
+        if self.q is not None and store in self.view.vectors and any(t.size for t in todo):
             slots = [self.view.store_slots(store, t) for t in todo]
             has = [s >= 0 for s in slots]
             co, cs = csr_from_lists([s[h] for s, h in zip(slots, has)])
-            vals = cosine_pairs(self.view.index.stores[store], self._norms(store), self.q, co, cs)
+            vals = cosine_pairs(self.view.vectors[store], self._norms(store), self.q, co, cs)
             self.scored += np.diff(co)
             for i, (t, h) in enumerate(zip(todo, has)):
                 got = iter(vals[co[i]:co[i + 1]].tolist())
@@ -215,7 +215,7 @@ def _rank_units(view: IndexView, packed_q, rows: np.ndarray, cand, k: int) -> li
             continue
         per = [dict(c).get(name, np.zeros(0, np.int64)) for c in cand]
         co, cs = csr_from_lists(per)
-        vals = score_pairs(view.index.stores[name], sub_v, sub_o, co, cs, "maxsim")
+        vals = score_pairs(view.vectors[name], sub_v, sub_o, co, cs, "maxsim")
         for j in range(len(rows)):
             nodes[j].append(view.stores[name].node[cs[co[j]:co[j + 1]]])
             scores[j].append(vals[co[j]:co[j + 1]])

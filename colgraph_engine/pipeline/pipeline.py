@@ -107,10 +107,13 @@ class Pipeline:
         generator: None, or ``callable(prompt: str, images: list[PIL.Image]) -> str``, e.g.
             :class:`~colgraph_engine.pipeline.OpenAIGenerator`; used unless ``only_context``.
         num_threads: threads for graph calls (default: the engine's).
+        device: where the vectors are scored (``"cuda"``: the Triton kernels; the graph stays on
+            the CPU). The index's stores are copied there once per assembled graph.
     """
 
     def __init__(self, index: KnowledgeIndex, encoders: Encoders | None = None, config: PipelineConfig | None = None,
-                 *, generator: Callable[[str, list], str] | None = None, num_threads: int | None = None):
+                 *, generator: Callable[[str, list], str] | None = None, num_threads: int | None = None,
+                 device: str | torch.device = "cpu"):
         if not isinstance(index, KnowledgeIndex):
             raise TypeError(f"index: expected a KnowledgeIndex, got {type(index).__name__}")
         encoders = index.encoders if encoders is None else encoders
@@ -128,6 +131,12 @@ class Pipeline:
             raise TypeError(f"generator: expected None or a callable (prompt, images) -> str, got {type(generator).__name__}")
         self.index, self.encoders, self.config, self.generator = index, encoders, config, generator
         self.num_threads = num_threads
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda', got {device!r} ({exc})") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device: 'cuda' was asked for, but torch sees no CUDA device here")
         self.image_units = "" if config.visual_ranker == "off" else resolve_units(encoders.describe(), config.visual_units)
         self._view: IndexView | None = None
 
@@ -142,7 +151,7 @@ class Pipeline:
 
     def view(self) -> IndexView:
         if self._view is None or self._view.graph is not self.index.graph:
-            self._view = IndexView(self.index)
+            self._view = IndexView(self.index, self.device)
         return self._view
 
     # -- public entry points ------------------------------------------------------------------

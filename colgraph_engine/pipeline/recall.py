@@ -50,7 +50,7 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray)
     torch.cumsum(torch.tensor([p.shape[0] for p in pieces], dtype=torch.int64), 0, out=sub_o[1:])
     sub_v = torch.cat(pieces) if pieces else qv[:0]
     for name in stores:
-        store = view.index.stores.get(name)
+        store = view.vectors.get(name)
         if store is None or store.n_slots == 0:
             continue
         s = score_all(store, sub_v, sub_o, ranker)                                   # [nq, N]

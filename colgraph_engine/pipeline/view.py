@@ -40,10 +40,12 @@ class StoreView:
 
 
 class IndexView:
-    """Arrays of the merged graph and its stores, for one assembled graph of `index`."""
+    """Arrays of the merged graph and its stores, for one assembled graph of `index`.
+    ``vectors`` are the index's stores on `device` (copies when that is not where they live)."""
 
-    def __init__(self, index: KnowledgeIndex):
+    def __init__(self, index: KnowledgeIndex, device: str | torch.device = "cpu"):
         self.index = index
+        self.vectors = {name: st.to(device) for name, st in index.stores.items()}
         self.graph = index.graph
         g = self.graph
         self.node_kind = g.node_kind

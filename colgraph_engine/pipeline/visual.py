@@ -129,7 +129,7 @@ def _score_side(view: IndexView, stores: dict[int, str], packed_q, rows: np.ndar
     sub_v = torch.cat(pieces) if pieces else qv[:0]
     out = [np.full(c.size, -np.inf, np.float32) for c in cands]
     for kind, name in stores.items():
-        if name not in view.stores or not len(view.index.stores[name]):
+        if name not in view.stores or not len(view.vectors[name]):
             continue
         per_pos, per_slot = [], []
         for c in cands:
@@ -138,7 +138,7 @@ def _score_side(view: IndexView, stores: dict[int, str], packed_q, rows: np.ndar
             per_pos.append(pos[slots >= 0])
             per_slot.append(slots[slots >= 0])
         co, cs = csr_from_lists(per_slot)
-        vals = score_pairs(view.index.stores[name], sub_v, sub_o, co, cs, ranker)
+        vals = score_pairs(view.vectors[name], sub_v, sub_o, co, cs, ranker)
         for j, pos in enumerate(per_pos):
             out[j][pos] = vals[co[j]:co[j + 1]]
     return out
