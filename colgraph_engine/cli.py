@@ -57,7 +57,8 @@ def _fmt_box(b):
     return "-" if b is None else "(" + ", ".join(f"{x:.2f}" for x in b) + ")"
 
 
-def print_result(r, out=sys.stdout, *, context_chars: int = 1200) -> None:
+def print_result(r, out=None, *, context_chars: int = 1200) -> None:
+    out = sys.stdout if out is None else out
     w = lambda s="": print(s, file=out)  # noqa: E731
     q = r.query
     w(f"Q: {q.question}" + (f"   [query image; caption: {q.caption!r}]" if q.image is not None else ""))

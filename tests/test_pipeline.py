@@ -393,3 +393,26 @@ def test_an_index_without_images_gives_an_empty_visual_stage():
     r = Pipeline(idx, ENC).retrieve("When did Tokyo Station open?")
     assert r.images == [] and r.documents[0][0] == "t"
     assert r.counts["visual"]["candidates"] == 0
+
+
+def test_record_extractor_adds_llm_records_and_survives_failures(index):
+    seen = {}
+
+    def extractor(question, evidence_text):
+        seen["q"], seen["text"] = question, evidence_text
+        return ("relation<|#|>Eileen Collins<|#|>STS-93<|#|>commander of<|#|>She commanded it in 1999.\n"
+                "<|COMPLETE|>")
+
+    r = Pipeline(index, ENC, record_extractor=extractor).retrieve(DEMO_QUESTIONS[1])
+    llm = [x for x in r.evidence.records if x.source == "llm"]
+    assert seen["q"] == DEMO_QUESTIONS[1] and "STS-93" in seen["text"]
+    assert len(llm) == 1 and (llm[0].subject, llm[0].predicate, llm[0].object) == ("Eileen Collins", "commander of",
+                                                                                  "STS-93")
+    assert llm[0].doc_id == "shuttle-commander" and len(llm[0].nodes) == 2
+
+    def broken(question, evidence_text):
+        raise ConnectionError("no endpoint")
+
+    r = Pipeline(index, ENC, record_extractor=broken).retrieve(DEMO_QUESTIONS[1])
+    assert not [x for x in r.evidence.records if x.source == "llm"] and r.evidence.records
+    assert any("ConnectionError" in n for n in r.notes)

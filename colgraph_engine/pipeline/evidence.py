@@ -185,3 +185,35 @@ def chunk_subgraph(view: IndexView, text_q, docs: list[np.ndarray], k: int) -> S
 
 
 __all__ = ["Evidence", "Record", "build_evidence", "chunk_subgraph", "expand_gstar"]
+
+
+def llm_records(extractor, question: str, evidence: Evidence, view: IndexView) -> tuple[list[Record], str | None]:
+    """The optional query-conditioned extraction: ``extractor(question, evidence_text)`` returns
+    relation records in any dialect the KG parsers read (LightRAG's line format, tuples, JSON);
+    each parsed relation becomes a Record with ``source="llm"``. Provenance: entity names are
+    matched (by normalised name) to the query's evidence entities, whose nodes and document the
+    record carries; a name that matches nothing leaves those empty. A failing extractor or an
+    unparsable answer gives no records and the reason (never an exception)."""
+    from ..kg.parsers import parse_extraction
+    from ..kg.records import normalize_name
+
+    lines = [f"{r.subject} | {r.predicate} | {r.object}: {r.evidence}" for r in evidence.records]
+    lines += [f"{s['doc_id']}: {s['text']}" for s in evidence.sources]
+    try:
+        answer = extractor(question, "\n".join(lines))
+        if not isinstance(answer, str):
+            raise TypeError(f"record extractor returned {type(answer).__name__}, expected str")
+        parsed = parse_extraction(answer)
+    except Exception as exc:  # the deterministic records stand on their own
+        return [], f"{type(exc).__name__}: {exc}"
+    by_name = {}
+    for e in evidence.entities:
+        by_name.setdefault(normalize_name(e["name"]), e)
+    out = []
+    for rel in parsed.relations:
+        a, b = by_name.get(normalize_name(rel.source)), by_name.get(normalize_name(rel.target))
+        nodes = tuple(x["node"] for x in (a, b) if x is not None)
+        doc = (a or b or {}).get("doc_id", "")
+        out.append(Record(rel.source, rel.keywords or "related to", rel.target, rel.description, doc, (), nodes, -1,
+                          None, None, float(rel.weight) if rel.weight is not None else 1.0, "llm"))
+    return out, None if parsed.relations or not parsed.issues else str(parsed.issues[0])

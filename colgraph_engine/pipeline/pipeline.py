@@ -27,7 +27,7 @@ from ..packed import pack
 from .config import PipelineConfig, calibrated_threshold
 from .context import Answer, Context, build_context, run_generator
 from .cvis import VisualPhrases, extract_visual_phrases
-from .evidence import Evidence, build_evidence, chunk_subgraph, expand_gstar
+from .evidence import Evidence, build_evidence, chunk_subgraph, expand_gstar, llm_records
 from .graph_retrieval import Seeds, Subgraph, TextScorer, expand_filtered, mkg_expand, retrieve_seeds, \
     subgraph_from_expansion
 from .query import Query, as_query, load_image
@@ -106,13 +106,17 @@ class Pipeline:
         config: a :class:`PipelineConfig` (None: the papers' defaults and ours).
         generator: None, or ``callable(prompt: str, images: list[PIL.Image]) -> str``, e.g.
             :class:`~colgraph_engine.pipeline.OpenAIGenerator`; used unless ``only_context``.
+        record_extractor: None, or ``callable(question: str, evidence_text: str) -> str``, an LLM
+            asked for relation records conditioned on the question (any dialect the KG parsers
+            read); its records join R(q) with ``source="llm"`` (see ``evidence.llm_records``).
         num_threads: threads for graph calls (default: the engine's).
         device: where the vectors are scored (``"cuda"``: the Triton kernels; the graph stays on
             the CPU). The index's stores are copied there once per assembled graph.
     """
 
     def __init__(self, index: KnowledgeIndex, encoders: Encoders | None = None, config: PipelineConfig | None = None,
-                 *, generator: Callable[[str, list], str] | None = None, num_threads: int | None = None,
+                 *, generator: Callable[[str, list], str] | None = None,
+                 record_extractor: Callable[[str, str], str] | None = None, num_threads: int | None = None,
                  device: str | torch.device = "cpu"):
         if not isinstance(index, KnowledgeIndex):
             raise TypeError(f"index: expected a KnowledgeIndex, got {type(index).__name__}")
@@ -129,7 +133,11 @@ class Pipeline:
             raise TypeError(f"config: expected a PipelineConfig or None, got {type(config).__name__}")
         if generator is not None and not callable(generator):
             raise TypeError(f"generator: expected None or a callable (prompt, images) -> str, got {type(generator).__name__}")
+        if record_extractor is not None and not callable(record_extractor):
+            raise TypeError(f"record_extractor: expected None or a callable (question, evidence_text) -> str, "
+                            f"got {type(record_extractor).__name__}")
         self.index, self.encoders, self.config, self.generator = index, encoders, config, generator
+        self.record_extractor = record_extractor
         self.num_threads = num_threads
         try:
             self.device = torch.device(device)
@@ -216,6 +224,11 @@ class Pipeline:
             expand_gstar(view, scorer, evidence, docs, rounds=cfg.gstar_rounds, budget=cfg.gstar_budget,
                          filtered=cfg.filter != "off", threshold=threshold, min_keep=cfg.min_keep,
                          num_threads=self.num_threads)
+            extractor_errors: list[str | None] = [None] * len(qs)
+            if self.record_extractor is not None:
+                for i, q in enumerate(qs):
+                    extra, extractor_errors[i] = llm_records(self.record_extractor, q.question, evidence[i], view)
+                    evidence[i].records.extend(extra)
         with stage("context"):
             hits = [[self._image_hit(view, v, s) for v, s in zip(visual.nodes[i].tolist(), visual.scores[i].tolist())]
                     for i in range(len(qs))]
@@ -249,6 +262,8 @@ class Pipeline:
                 notes.append("recall_side='image' but the query has no image: the text side was used")
             if visual.used_question[i] and cfg.visual_ranker != "off":
                 notes.append("the question has no visual cue: images were ranked by the question's tokens")
+            if extractor_errors[i]:
+                notes.append(f"record extractor failed: {extractor_errors[i]}")
             if self.image_units == "text_view":
                 notes.append("images ranked by their text views (caption, OCR, region labels): no text-image model")
             for store in ("segment", "entity", "image_text"):
