@@ -416,3 +416,12 @@ def test_record_extractor_adds_llm_records_and_survives_failures(index):
     r = Pipeline(index, ENC, record_extractor=broken).retrieve(DEMO_QUESTIONS[1])
     assert not [x for x in r.evidence.records if x.source == "llm"] and r.evidence.records
     assert any("ConnectionError" in n for n in r.notes)
+
+
+def test_recall_in_unit_slices_equals_one_pass(index, monkeypatch):
+    from colgraph_engine.pipeline import recall
+    whole = run(index, DEMO_QUESTIONS[1], kd=7, recall_ranker="maxsim")
+    pooled = run(index, DEMO_QUESTIONS[1], kd=7, recall_ranker="pooled")
+    monkeypatch.setattr(recall, "UNIT_CHUNK", 2)
+    assert run(index, DEMO_QUESTIONS[1], kd=7).documents == whole.documents
+    assert run(index, DEMO_QUESTIONS[1], kd=7, recall_ranker="pooled").documents == pooled.documents

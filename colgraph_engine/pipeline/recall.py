@@ -23,6 +23,7 @@ from .scoring import score_all
 from .view import IndexView
 
 TEXT_STORES = ("segment", "table")
+UNIT_CHUNK = 8192  # store items scored per call: bounds recall's scratch at [Nq, 8192] float32
 IMAGE_STORES = ("image",)
 
 
@@ -53,9 +54,12 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray)
         store = view.vectors.get(name)
         if store is None or store.n_slots == 0:
             continue
-        s = score_all(store, sub_v, sub_o, ranker)                                   # [nq, N]
         col = torch.from_numpy(np.searchsorted(view.numbers, view.stores[name].doc))  # [N] document column
-        best.scatter_reduce_(1, col.expand(nq, -1), s, reduce="amax", include_self=True)
+        # units in slices, so the scores held at once are [nq, UNIT_CHUNK], never [nq, N]
+        for a in range(0, store.n_slots, UNIT_CHUNK):
+            b = min(store.n_slots, a + UNIT_CHUNK)
+            s = score_all(store, sub_v, sub_o, ranker, a, b)                           # [nq, b - a]
+            best.scatter_reduce_(1, col[a:b].expand(nq, -1), s, reduce="amax", include_self=True)
         units += store.n_slots
     return best, units
 

@@ -18,11 +18,16 @@ def as_store_dtype(qv: torch.Tensor, store: PackedStore) -> torch.Tensor:
     return qv.to(device=store.device, dtype=store.dtype)
 
 
-def score_all(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, ranker: str) -> torch.Tensor:
-    """``[Nq, N]`` float32 scores of every query against every slot of `store`."""
+def score_all(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, ranker: str, first: int = 0,
+              last: int | None = None) -> torch.Tensor:
+    """``[Nq, last - first]`` float32 scores of every query against slots ``first:last`` of `store`."""
+    last = store.n_slots if last is None else last
+    off = store.offsets[first:last + 1]
+    lo, hi = int(off[0]), int(off[-1])
+    xv, xo = store.values[lo:hi], off - lo
     if ranker == "maxsim":
-        return ops.maxsim(as_store_dtype(qv, store), qo.to(store.device), store.values, store.offsets).cpu()
-    return ops.pooled_scores(qv.float(), qo, store.values.float(), store.offsets).cpu()
+        return ops.maxsim(as_store_dtype(qv, store), qo.to(store.device), xv, xo).cpu()
+    return ops.pooled_scores(qv.float(), qo, xv.float(), xo).cpu()
 
 
 def score_pairs(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, cand_offsets: np.ndarray,
