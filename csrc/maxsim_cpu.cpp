@@ -183,6 +183,36 @@ float sum_lanes(const float* maxima, int64_t valid) {
   return static_cast<float>(s);
 }
 
+// Running maxima over one document of query blocks `blk` and, when `two`, `blk + 1`:
+// run[m] lane l = max_j <token 16 (blk + m) + l, x_j>.
+template <bool BF16>
+__attribute__((target("avx512f"))) inline void block_pair_maxima(const PackedQueries& pq, int64_t blk, bool two,
+                                                                 const DocRows& doc, int64_t d, __m512* run) {
+  const int64_t block_elems = pq.k_steps * kLanes * (BF16 ? 2 : 1);
+  run[0] = run[1] = _mm512_set1_ps(kNegInf);
+  if constexpr (BF16) {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+    const uint16_t* qt = pq.bf16.data() + blk * block_elems;
+    const auto* base = static_cast<const uint16_t*>(doc.base);
+    if (two)
+      for (int64_t j = 0; j < doc.rows; j += kRowsWide)
+        tile_bf16<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
+    else
+      for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
+        tile_bf16<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
+#endif
+  } else {
+    const float* qt = pq.f32.data() + blk * block_elems;
+    const auto* base = static_cast<const float*>(doc.base);
+    if (two)
+      for (int64_t j = 0; j < doc.rows; j += kRowsWide)
+        tile_f32<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
+    else
+      for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
+        tile_f32<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
+  }
+}
+
 // Per-token maxima of one query over one document, AVX-512, fp32 or bf16 pairs.
 template <bool BF16>
 __attribute__((target("avx512f"))) float score_avx512(const PackedQueries& pq, int64_t qi,
@@ -192,32 +222,11 @@ __attribute__((target("avx512f"))) float score_avx512(const PackedQueries& pq, i
   if (doc.rows == 0) return kNegInf;
   alignas(64) float maxima[2 * kLanes];
   double total = 0.0;
-  const int64_t block_elems = pq.k_steps * kLanes * (BF16 ? 2 : 1);
   for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; blk += 2) {
     const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;
     const bool two = blk + 1 < pq.block_start[qi + 1];
-    __m512 run[2] = {_mm512_set1_ps(kNegInf), _mm512_set1_ps(kNegInf)};
-    if constexpr (BF16) {
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-      const uint16_t* qt = pq.bf16.data() + blk * block_elems;
-      const auto* base = static_cast<const uint16_t*>(doc.base);
-      if (two)
-        for (int64_t j = 0; j < doc.rows; j += kRowsWide)
-          tile_bf16<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
-      else
-        for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
-          tile_bf16<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
-#endif
-    } else {
-      const float* qt = pq.f32.data() + blk * block_elems;
-      const auto* base = static_cast<const float*>(doc.base);
-      if (two)
-        for (int64_t j = 0; j < doc.rows; j += kRowsWide)
-          tile_f32<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
-      else
-        for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
-          tile_f32<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
-    }
+    __m512 run[2];
+    block_pair_maxima<BF16>(pq, blk, two, doc, d, run);
     _mm512_store_ps(maxima, run[0]);
     _mm512_store_ps(maxima + kLanes, run[1]);
     total += sum_lanes(maxima, std::min<int64_t>(len - first_tok, two ? 2 * kLanes : kLanes));
@@ -257,31 +266,10 @@ template <bool BF16>
 __attribute__((target("avx512f"))) void lane_maxima_avx512(const PackedQueries& pq, const DocRows& doc,
                                                            int64_t d, float* maxima) {
   const int64_t blocks = pq.block_start[1];
-  const int64_t block_elems = pq.k_steps * kLanes * (BF16 ? 2 : 1);
   for (int64_t blk = 0; blk < blocks; blk += 2) {
     const bool two = blk + 1 < blocks;
-    __m512 run[2] = {_mm512_set1_ps(kNegInf), _mm512_set1_ps(kNegInf)};
-    if constexpr (BF16) {
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-      const uint16_t* qt = pq.bf16.data() + blk * block_elems;
-      const auto* base = static_cast<const uint16_t*>(doc.base);
-      if (two)
-        for (int64_t j = 0; j < doc.rows; j += kRowsWide)
-          tile_bf16<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
-      else
-        for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
-          tile_bf16<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, pq.k_steps, run);
-#endif
-    } else {
-      const float* qt = pq.f32.data() + blk * block_elems;
-      const auto* base = static_cast<const float*>(doc.base);
-      if (two)
-        for (int64_t j = 0; j < doc.rows; j += kRowsWide)
-          tile_f32<2, kRowsWide>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
-      else
-        for (int64_t j = 0; j < doc.rows; j += kRowsNarrow)
-          tile_f32<1, kRowsNarrow>(qt, block_elems, base, doc.stride, j, doc.rows, d, run);
-    }
+    __m512 run[2];
+    block_pair_maxima<BF16>(pq, blk, two, doc, d, run);
     _mm512_storeu_ps(maxima + blk * kLanes, run[0]);
     if (two) _mm512_storeu_ps(maxima + (blk + 1) * kLanes, run[1]);
   }

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-import colgraph_engine as cg
 from colgraph_engine.demo_corpus import DEMO_QUESTIONS, _photo, demo_documents
 from colgraph_engine.encoders import Encoder
-from colgraph_engine.graph import EdgeKind, KnowledgeGraph, NodeKind
+from colgraph_engine.graph import KnowledgeGraph, NodeKind
 from colgraph_engine.kg import DocumentInput, Encoders, KnowledgeIndex, Section
 from colgraph_engine.kg import demo_data as kg_demo
 from colgraph_engine.kg.vectors import image_text_view, region_text_view

@@ -234,7 +234,7 @@ _TEMPORAL_PATTERNS = (
     (re.compile(_BARE_MONTH), False),
     (re.compile(rf"\b(?:[Ss]pring|[Ss]ummer|[Aa]utumn|[Ff]all|[Ww]inter),?\s+(?:of\s+)?{_YEAR}"), False),
     (re.compile(rf"(?<![\w'’]){_EML}?(?:1\d|20)\d0s(?!\w)"), False),
-    (re.compile(rf"(?<!\w)['’]\d0s(?!\w)"), False),
+    (re.compile(r"(?<!\w)['’]\d0s(?!\w)"), False),
     (re.compile(rf"\b[Tt]he\s+(?P<t>{_EML}?\d0s)(?!\w)"), False),
     (re.compile(rf"\b[Tt]he\s+(?P<t>{_EML}?(?:{_DECADE_WORDS}))\b"), False),
     (re.compile(rf"\b{_EML}?(?:\d{{1,2}}(?:st|nd|rd|th)|{_ORDINALS})[-\s]+century\b", re.IGNORECASE), False),

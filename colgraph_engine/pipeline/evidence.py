@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph.kinds import EdgeKind, NodeKind
+from ..graph.kinds import NodeKind
 from .graph_retrieval import DEPICT_KINDS, WALK_KINDS, Subgraph, TextScorer, expand_filtered
-from .scoring import csr_from_lists, order_desc, score_pairs
+from .scoring import csr_from_lists, order_desc, score_node_lists, score_pairs
 from .view import IndexView
 
 
@@ -129,22 +129,7 @@ def build_evidence(view: IndexView, scorer: TextScorer, sub: Subgraph, visual, t
 
 
 def _score_sources(view: IndexView, text_q, lists: list[np.ndarray]) -> list[np.ndarray]:
-    qv, qo = text_q
-    out = [np.full(s.size, -np.inf, np.float32) for s in lists]
-    for kind, name in ((NodeKind.SEGMENT, "segment"), (NodeKind.TABLE, "table")):
-        if name not in view.stores:
-            continue
-        pos_l, slot_l = [], []
-        for s in lists:
-            pos = np.flatnonzero(view.node_kind[s] == kind)
-            slots = view.store_slots(name, s[pos])
-            pos_l.append(pos[slots >= 0])
-            slot_l.append(slots[slots >= 0])
-        co, cs = csr_from_lists(slot_l)
-        vals = score_pairs(view.vectors[name], qv, qo, co, cs, "maxsim")
-        for j, pos in enumerate(pos_l):
-            out[j][pos] = vals[co[j]:co[j + 1]]
-    return out
+    return score_node_lists(view, {NodeKind.SEGMENT: "segment", NodeKind.TABLE: "table"}, text_q, lists, "maxsim")
 
 
 def expand_gstar(view: IndexView, scorer: TextScorer, evidence: list[Evidence], docs: list[np.ndarray], *,

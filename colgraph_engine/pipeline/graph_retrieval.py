@@ -47,7 +47,7 @@ import torch
 
 from ..graph.kinds import EdgeKind, NodeKind
 from ..graph.knowledge_graph import SparseScores
-from .scoring import cosine_pairs, csr_from_lists, item_norms, order_desc, score_pairs
+from .scoring import cosine_pairs, csr_from_lists, item_norms, order_desc, score_pairs, select_queries
 from .view import IndexView
 
 WALK_KINDS = (NodeKind.ENTITY, NodeKind.SEGMENT, NodeKind.TABLE)
@@ -201,13 +201,7 @@ def retrieve_seeds(view: IndexView, scorer: TextScorer, docs: list[np.ndarray], 
 def _rank_units(view: IndexView, packed_q, rows: np.ndarray, cand, k: int) -> list[np.ndarray]:
     """Top-k graph nodes per query row by MaxSim of its packed vectors against candidate slots
     of several stores (``cand[j]`` = [(store, slots)] for ``rows[j]``)."""
-    qv, qo = packed_q
-    sel = torch.from_numpy(rows)
-    starts, ends = qo[sel].tolist(), qo[sel + 1].tolist()
-    pieces = [qv[a:b] for a, b in zip(starts, ends)]
-    sub_o = torch.zeros(len(pieces) + 1, dtype=torch.int64)
-    torch.cumsum(torch.tensor([p.shape[0] for p in pieces], dtype=torch.int64), 0, out=sub_o[1:])
-    sub_v = torch.cat(pieces)
+    sub_v, sub_o = select_queries(*packed_q, rows)
     nodes = [[] for _ in rows]
     scores = [[] for _ in rows]
     for name in ("image", "region"):

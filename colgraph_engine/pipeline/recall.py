@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .config import PipelineConfig
-from .scoring import score_all
+from .scoring import score_all, select_queries
 from .view import IndexView
 
 TEXT_STORES = ("segment", "table")
@@ -44,12 +44,7 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray)
     units = 0
     if nq == 0:
         return best, 0
-    # pack the selected queries
-    starts, ends = qo[torch.from_numpy(rows)], qo[torch.from_numpy(rows + 1)]
-    pieces = [qv[int(a):int(b)] for a, b in zip(starts.tolist(), ends.tolist())]
-    sub_o = torch.zeros(nq + 1, dtype=torch.int64)
-    torch.cumsum(torch.tensor([p.shape[0] for p in pieces], dtype=torch.int64), 0, out=sub_o[1:])
-    sub_v = torch.cat(pieces) if pieces else qv[:0]
+    sub_v, sub_o = select_queries(qv, qo, rows)
     for name in stores:
         store = view.vectors.get(name)
         if store is None or store.n_slots == 0:
@@ -75,17 +70,14 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
     sides: list[list[str]] = [[] for _ in range(nq)]
     per_side = []
     units = [0] * nq
-    if text_rows.size:
-        s, u = _side_scores(view, TEXT_STORES, *text_q, cfg.recall_ranker, text_rows)
-        per_side.append((text_rows, s))
-        for r in text_rows.tolist():
-            sides[r].append("text")
-            units[r] += u
-    if image_rows.size:
-        s, u = _side_scores(view, IMAGE_STORES, *image_q, cfg.recall_ranker, image_rows)
-        per_side.append((image_rows, s))
-        for r in image_rows.tolist():
-            sides[r].append("image")
+    for side, stores, packed, rows in (("text", TEXT_STORES, text_q, text_rows),
+                                       ("image", IMAGE_STORES, image_q, image_rows)):
+        if not rows.size:
+            continue
+        s, u = _side_scores(view, stores, *packed, cfg.recall_ranker, rows)
+        per_side.append((rows, s))
+        for r in rows.tolist():
+            sides[r].append(side)
             units[r] += u
     d = view.n_documents
     fused = torch.zeros((nq, d), dtype=torch.float64)

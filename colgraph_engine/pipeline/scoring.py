@@ -100,3 +100,35 @@ def rrf(rank_lists: list[dict[int, int]], k: int) -> dict[int, float]:
         for item, r in ranks.items():
             out[item] = out.get(item, 0.0) + 1.0 / (k + r)
     return out
+
+
+def select_queries(qv: torch.Tensor, qo: torch.Tensor, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed queries ``rows`` (in that order) of a packed batch."""
+    sel = torch.from_numpy(np.ascontiguousarray(rows, np.int64))
+    pieces = [qv[a:b] for a, b in zip(qo[sel].tolist(), qo[sel + 1].tolist())]
+    offsets = torch.zeros(len(pieces) + 1, dtype=torch.int64)
+    torch.cumsum(torch.tensor([p.shape[0] for p in pieces], dtype=torch.int64), 0, out=offsets[1:])
+    return (torch.cat(pieces) if pieces else qv[:0]), offsets
+
+
+def score_node_lists(view, store_of_kind: dict[int, str], packed_q, lists: list[np.ndarray],
+                     ranker: str) -> list[np.ndarray]:
+    """Scores of query j against the graph nodes ``lists[j]``, each node in the store of its
+    kind (``store_of_kind``); -inf where a node's kind has no store or the node no vectors.
+    One call per store for the whole batch."""
+    qv, qo = packed_q
+    out = [np.full(x.size, -np.inf, np.float32) for x in lists]
+    for kind, name in store_of_kind.items():
+        if name not in view.stores or not view.vectors[name].n_slots:
+            continue
+        positions, slots = [], []
+        for x in lists:
+            pos = np.flatnonzero(view.node_kind[x] == kind)
+            s = view.store_slots(name, x[pos])
+            positions.append(pos[s >= 0])
+            slots.append(s[s >= 0])
+        co, cs = csr_from_lists(slots)
+        vals = score_pairs(view.vectors[name], qv, qo, co, cs, ranker)
+        for j, pos in enumerate(positions):
+            out[j][pos] = vals[co[j]:co[j + 1]]
+    return out

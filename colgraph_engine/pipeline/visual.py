@@ -30,7 +30,7 @@ import numpy as np
 
 from ..graph.kinds import EdgeKind, NodeKind
 from .graph_retrieval import DEPICT_KINDS, Subgraph
-from .scoring import csr_from_lists, order_desc, rrf, score_pairs
+from .scoring import order_desc, rrf, score_node_lists, select_queries
 from .view import IndexView
 
 IMAGE_KINDS = (NodeKind.IMAGE, NodeKind.REGION)
@@ -120,28 +120,7 @@ def _unit_stores(units: str) -> dict[int, str]:
 def _score_side(view: IndexView, stores: dict[int, str], packed_q, rows: np.ndarray, cands: list[np.ndarray],
                 ranker: str) -> list[np.ndarray]:
     """Scores ``[len(cands[j])]`` for query rows (-inf for a candidate without units there)."""
-    qv, qo = packed_q
-    import torch
-    sel = torch.from_numpy(rows)
-    pieces = [qv[a:b] for a, b in zip(qo[sel].tolist(), qo[sel + 1].tolist())]
-    sub_o = torch.zeros(len(pieces) + 1, dtype=torch.int64)
-    torch.cumsum(torch.tensor([p.shape[0] for p in pieces], dtype=torch.int64), 0, out=sub_o[1:])
-    sub_v = torch.cat(pieces) if pieces else qv[:0]
-    out = [np.full(c.size, -np.inf, np.float32) for c in cands]
-    for kind, name in stores.items():
-        if name not in view.stores or not len(view.vectors[name]):
-            continue
-        per_pos, per_slot = [], []
-        for c in cands:
-            pos = np.flatnonzero(view.node_kind[c] == kind)
-            slots = view.store_slots(name, c[pos])
-            per_pos.append(pos[slots >= 0])
-            per_slot.append(slots[slots >= 0])
-        co, cs = csr_from_lists(per_slot)
-        vals = score_pairs(view.vectors[name], sub_v, sub_o, co, cs, ranker)
-        for j, pos in enumerate(per_pos):
-            out[j][pos] = vals[co[j]:co[j + 1]]
-    return out
+    return score_node_lists(view, stores, select_queries(*packed_q, rows), cands, ranker)
 
 
 def rank_visual(view: IndexView, candidates: list[np.ndarray], cvis_q, image_q, has_image: np.ndarray,
