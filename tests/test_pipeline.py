@@ -424,3 +424,10 @@ def test_recall_in_unit_slices_equals_one_pass(index, monkeypatch):
     monkeypatch.setattr(recall, "UNIT_CHUNK", 2)
     assert run(index, DEMO_QUESTIONS[1], kd=7).documents == whole.documents
     assert run(index, DEMO_QUESTIONS[1], kd=7, recall_ranker="pooled").documents == pooled.documents
+
+
+def test_an_empty_index_gives_empty_stages_and_says_so():
+    r = Pipeline(KnowledgeIndex(ENC), ENC).retrieve_batch(["anything at all?", Query("a cat?", image=_photo("chelsea"))])
+    for x in r:
+        assert x.documents == [] and x.images == [] and x.evidence.records == []
+        assert any("no segment vectors" in n for n in x.notes)
