@@ -258,23 +258,6 @@ float score_portable(const PackedQueries& pq, int64_t qi, const DocRows& doc, in
   return static_cast<float>(total);
 }
 
-// Per-lane maxima of every block of one packed query (all blocks, 16 lanes each) over one
-// document: maxima[16 * b + l] = max_j <token 16b + l, x_j>. Blocks go through the kernels in
-// pairs, as in score_avx512, and every lane's dot product is the same FMA chain over k, so the
-// maxima are bit-identical to the ones score_avx512 sums.
-template <bool BF16>
-__attribute__((target("avx512f"))) void lane_maxima_avx512(const PackedQueries& pq, const DocRows& doc,
-                                                           int64_t d, float* maxima) {
-  const int64_t blocks = pq.block_start[1];
-  for (int64_t blk = 0; blk < blocks; blk += 2) {
-    const bool two = blk + 1 < blocks;
-    __m512 run[2];
-    block_pair_maxima<BF16>(pq, blk, two, doc, d, run);
-    _mm512_storeu_ps(maxima + blk * kLanes, run[0]);
-    if (two) _mm512_storeu_ps(maxima + (blk + 1) * kLanes, run[1]);
-  }
-}
-
 enum class Path { Avx512F32, Avx512BF16, Portable };
 
 // Chooses the kernel and whether documents must first be widened to fp32.
@@ -318,35 +301,70 @@ namespace {
 // two-block kernel). Each query then sums its own tokens' maxima in the chunks and order
 // score_avx512 uses (32 tokens from the query's first token; sum_lanes per chunk, chunks added
 // in double), so every score is bit-identical to scoring the query alone.
+// Lane maxima of every block of one packed query (all queries' tokens back to back) over a
+// chunk of documents: maxima[(k * blocks + b) * 16 + l] for document k of the chunk. The pair
+// loop is outermost so a pair of blocks stays in L1 while it meets every document.
+template <bool BF16>
+__attribute__((target("avx512f"))) void chunk_maxima(const PackedQueries& pq, const std::vector<DocRows>& rows,
+                                                     int64_t d, float* maxima) {
+  const int64_t blocks = pq.block_start[1], n = static_cast<int64_t>(rows.size());
+  for (int64_t blk = 0; blk < blocks; blk += 2) {
+    const bool two = blk + 1 < blocks;
+    for (int64_t k = 0; k < n; ++k) {
+      if (rows[k].rows == 0) continue;
+      __m512 run[2];
+      block_pair_maxima<BF16>(pq, blk, two, rows[k], d, run);
+      float* m = maxima + (k * blocks + blk) * kLanes;
+      _mm512_storeu_ps(m, run[0]);
+      if (two) _mm512_storeu_ps(m + kLanes, run[1]);
+    }
+  }
+}
+
 void cross_packed(const PackedView& queries, const PackedView& docs, ElemType type, const Plan& plan,
                   float* out, int num_threads) {
   const int64_t nq = queries.n, nd = docs.n;
   const int64_t all_offsets[2] = {queries.offsets[0], queries.offsets[nq]};
   const PackedView all{queries.values, all_offsets, 1, queries.dim};
   const PackedQueries pq = pack_queries(all, type, plan.path == Path::Avx512BF16);
+  const int64_t blocks = pq.block_start[1];
+  // Documents go in chunks of about 256 KiB of rows: a pair of query blocks stays in L1 while it
+  // meets every document of the chunk, and the chunk stays in L2 while all pairs meet it (with
+  // one document at a time, a large batch streamed all query blocks from L3 for every document).
+  const int64_t elem = type == ElemType::F32 || plan.widen_docs ? 4 : 2;
+  const int64_t doc_bytes = std::max<int64_t>(1, (docs.offsets[nd] - docs.offsets[0]) * docs.dim * elem / std::max<int64_t>(nd, 1));
+  const int64_t chunk = std::clamp<int64_t>((256 << 10) / doc_bytes, 1, 64);
+  const int64_t n_chunks = (nd + chunk - 1) / chunk;
   struct Scratch {
-    std::vector<float> widened, maxima;
+    std::vector<std::vector<float>> widened;
+    std::vector<float> maxima;
   };
-  parallel_tasks<Scratch>(nd, num_threads, [&](int64_t j, Scratch& scratch) {
-    const DocRows doc = doc_rows(docs, type, plan, j, scratch.widened);
-    if (doc.rows > 0) {
-      scratch.maxima.resize(static_cast<size_t>(pq.block_start[1] * kLanes));
-      if (plan.path == Path::Avx512BF16)
-        lane_maxima_avx512<true>(pq, doc, docs.dim, scratch.maxima.data());
-      else
-        lane_maxima_avx512<false>(pq, doc, docs.dim, scratch.maxima.data());
-    }
-    for (int64_t i = 0; i < nq; ++i) {
-      const int64_t first = queries.offsets[i] - queries.offsets[0], len = queries.offsets[i + 1] - queries.offsets[i];
-      if (len == 0) {
-        out[i * nd + j] = 0.0f;
-      } else if (doc.rows == 0) {
-        out[i * nd + j] = kNegInf;
-      } else {
-        double sum = 0.0;
-        for (int64_t t = 0; t < len; t += 2 * kLanes)
-          sum += sum_lanes(scratch.maxima.data() + first + t, std::min<int64_t>(len - t, 2 * kLanes));
-        out[i * nd + j] = static_cast<float>(sum);
+  parallel_tasks<Scratch>(n_chunks, num_threads, [&](int64_t c, Scratch& scratch) {
+    const int64_t j0 = c * chunk, j1 = std::min(nd, j0 + chunk), n = j1 - j0;
+    scratch.widened.resize(static_cast<size_t>(n));
+    std::vector<DocRows> rows;
+    rows.reserve(static_cast<size_t>(n));
+    for (int64_t j = j0; j < j1; ++j) rows.push_back(doc_rows(docs, type, plan, j, scratch.widened[j - j0]));
+    scratch.maxima.resize(static_cast<size_t>(n * blocks * kLanes));
+    if (plan.path == Path::Avx512BF16)
+      chunk_maxima<true>(pq, rows, docs.dim, scratch.maxima.data());
+    else
+      chunk_maxima<false>(pq, rows, docs.dim, scratch.maxima.data());
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t j = j0 + k;
+      const float* maxima = scratch.maxima.data() + k * blocks * kLanes;
+      for (int64_t i = 0; i < nq; ++i) {
+        const int64_t first = queries.offsets[i] - queries.offsets[0], len = queries.offsets[i + 1] - queries.offsets[i];
+        if (len == 0) {
+          out[i * nd + j] = 0.0f;
+        } else if (rows[k].rows == 0) {
+          out[i * nd + j] = kNegInf;
+        } else {
+          double sum = 0.0;
+          for (int64_t t = 0; t < len; t += 2 * kLanes)
+            sum += sum_lanes(maxima + first + t, std::min<int64_t>(len - t, 2 * kLanes));
+          out[i * nd + j] = static_cast<float>(sum);
+        }
       }
     }
   });
