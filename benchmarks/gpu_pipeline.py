@@ -1,0 +1,1066 @@
+"""The retrieval pipeline on a GPU: ``Pipeline(index, device="cuda")`` latency and throughput.
+
+Target (the issue's): GPU, 10k documents (100k images x 1,030 patches resident): p50 <= 10 ms,
+>= 1,000 QPS in batches of 64.
+
+Usage (from the repository root; on a lent GPU machine through ``benchmarks/run_gpu.sh --pipeline``)::
+
+    python3 benchmarks/gpu_pipeline.py                         # 10,000 documents, 10 images each, 1,030 patches
+    .venv/bin/python benchmarks/gpu_pipeline.py --quick --device cpu   # 40 documents, 2 images, 64 patches (< 60 s)
+
+Index (synthetic, built in a few minutes, nothing encoded but text): per document 5 segments of
+40-80 words (~60 tokens), 10 entities (2 from a shared pool, so alias groups span documents) and
+10 relations as LightRAG records, and ``--images-per-doc`` images (default 10), each with a
+2-3 object scene graph, one scene relation and region mappings to entities (so every image has
+2-3 object regions and one relation region in the graph). Graphs come from
+``build_document_graph``; vectors are precomputed and given to ``add_documents(graphs,
+vectors=...)`` in chunks of ``--chunk`` documents:
+
+* text side (segment tokens, entity and relation vectors, image and region text views): the
+  hashing encoder's real vectors of the generated text (the same encoder the questions use, so
+  recall and the seeds are meaningful); built and encoded in forked worker processes (``--workers``,
+  default usable CPUs - 2) while the main process adds the previous chunk. Chosen over random
+  vectors because it is cheap: about 2.5 ms of CPU per document for the graph and 2.5 ms for the
+  text vectors (measured on 1,000 documents), i.e. seconds for 10k documents in 14 workers;
+* image patches: ``--patches`` random unit vectors of d = 128 per image, bf16, drawn with torch
+  from a seeded generator (on the GPU when ``--device cuda``, then copied to the host);
+* region patches: the image's patches on the grid cells its bbox covers (a ``g x g`` grid,
+  ``g = floor(sqrt(patches))``: 32 x 32 of the 1,030 ColPali-style patches; the 6 extra ones
+  stand for special tokens and belong to no region).
+
+Encoders: text = hashing (d = 128); tokens = ``"synthetic-li:queries"``, the hashing token
+encoder under a late-interaction model's query name; patches = ``"synthetic-li:images"`` (d = 128;
+never called: patches are precomputed and the questions carry no image). The names share the
+space ``"synthetic-li"``, so stage 5 ranks images and regions by MaxSim of C_vis(q) tokens
+against their patches (``image_units == "patches"``), the ColGraphRAG setting; the scores mean
+nothing (random patches), only their cost does. Index dtype bfloat16.
+
+Questions (seeded, text only): "What is the relation between A and B?" for a relation of a
+random document and "Which photo shows the <object> of <Entity>?" for a mapped object of one of
+its images, alternating.
+
+Run, in order:
+
+1. build the index (timed: document generation + graph building + text encoding in workers,
+   patch generation, ``add_documents``; graph assembly apart);
+2. ``Pipeline(index, encoders, PipelineConfig(), device=--device)`` and a CPU pipeline over the
+   same index; warm-up (Triton compile and autotune) of batches of 1, 16 and 64;
+3. correctness: ``--check-queries`` (16) questions, each through both pipelines one at a time:
+   recalled documents equal up to ties (ids by position; where they differ, the documents'
+   text-side MaxSim recomputed in float64 from the stored bf16 vectors must tie), document
+   scores within tolerance, E_k image nodes equal up to ties (scores within tolerance by
+   position, a node in one list only must tie the other list's last score); and the device
+   pipeline's batches of 16 equal its single results up to ties. When one CPU query on the full index takes
+   longer than ``--cpu-check-limit-s``, the check runs on a ``--check-docs`` (500) document
+   index built the same way instead (and says so);
+4. timing on the device pipeline: ``--queries`` (200) single queries (p50 / p99 / QPS), then
+   ``--batches`` batches of 16 and of 64 (QPS; a query's latency in a batch is the batch's
+   wall time), per-stage medians (``Result.timings``), peak GPU memory
+   (``torch.cuda.max_memory_allocated``: resident stores, and the growth during a batch of 64);
+   ``torch.cuda.synchronize()`` around every timed call;
+5. the same on the CPU pipeline for ``--cpu-queries`` (8) single queries and one batch of 16:
+   the side-by-side ratio.
+
+Latency excludes query encoding (the pipeline times it as ``timings["encode"]``; it is reported
+apart), as ``pipeline_report.py`` does; it includes the seven stages and the Result assembly.
+
+Writes ``gpu_pipeline.md`` and ``gpu_pipeline.json`` to ``--out`` (default ``benchmarks/results``;
+``--quick`` writes ``gpu_pipeline_quick.*``), rewritten after every phase so a run cut short keeps
+what it measured, and prints the table. ``--budget-s`` (480) bounds the run: single queries stop
+after a third of what is left, the CPU side-by-side runs shrink to fit. Exit status 1 when the
+correctness check failed; an exception is recorded in the report (``errors``, ``traceback``) and
+raised.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import multiprocessing as mp
+import os
+import pathlib
+import platform
+import random
+import statistics
+import sys
+import time
+import traceback
+
+HERE = pathlib.Path(__file__).resolve().parent
+if __name__ == "__main__":  # native kernels and graph calls: every usable core unless told otherwise
+    os.environ.setdefault("COLGRAPH_NUM_THREADS", str(len(os.sched_getaffinity(0))
+                                                      if hasattr(os, "sched_getaffinity") else os.cpu_count()))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import colgraph_engine as cg  # noqa: E402
+from colgraph_engine.encoders import Encoder, HashingTextEncoder  # noqa: E402
+from colgraph_engine.graph.kinds import NodeKind  # noqa: E402
+from colgraph_engine.kg import DocumentInput, Encoders, ImageInput, KnowledgeIndex, Segment  # noqa: E402
+from colgraph_engine.kg.document import build_document_graph  # noqa: E402
+from colgraph_engine.kg.vectors import ItemVectors, encode_document  # noqa: E402
+from colgraph_engine.pipeline import STAGES, Pipeline, PipelineConfig  # noqa: E402
+from colgraph_engine.pipeline.query import as_query  # noqa: E402
+
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+from pipeline_report import KEYWORDS, OBJECTS, PREDICATES, TYPES, VOCAB, _name, shared_names  # noqa: E402
+
+TIMED = STAGES + ("results",)
+SPACE = "synthetic-li"
+DIM = 128
+N_SEGMENTS, N_ENTITIES, N_RELATIONS, N_SHARED_PER_DOC = 5, 10, 10, 2
+TARGET_P50_MS, TARGET_QPS_64 = 10.0, 1000.0
+
+# ------------------------------------------------------------------------------------------
+# Encoders
+# ------------------------------------------------------------------------------------------
+
+
+def _patches_not_available(batch):
+    raise RuntimeError("synthetic-li:images is a stand-in: image patches are precomputed and queries carry no image")
+
+
+def make_encoders() -> tuple[Encoders, Encoders]:
+    """``(index encoders, text-only encoders)``: the first names the roles as one late-interaction
+    model (tokens ``synthetic-li:queries``, patches ``synthetic-li:images``) so images are ranked by
+    patches; the second embeds the generated text (entity, relation, segment, text views)."""
+    h = HashingTextEncoder(DIM)
+    text, tok = h.text_encoder(), h.token_encoder()
+    tokens = Encoder(tok.fn, f"{SPACE}:queries", DIM, "tokens")
+    patches = Encoder(_patches_not_available, f"{SPACE}:images", DIM, "patches")
+    return Encoders(text, tokens, patches), Encoders(text, tokens, None)
+
+
+# ------------------------------------------------------------------------------------------
+# Corpus
+# ------------------------------------------------------------------------------------------
+
+def make_document(number: int, shared: list[str], n_images: int, seed: int = 0) -> DocumentInput:
+    """Document ``doc-{number:06d}`` (see the module docstring); images have no pixels."""
+    rng = random.Random(f"gpu-doc-{seed}-{number}")
+    names: list[str] = []
+    seen = set()
+    for name in rng.sample(shared, N_SHARED_PER_DOC):
+        names.append(name)
+        seen.add(name.lower())
+    while len(names) < N_ENTITIES:
+        name = _name(rng)
+        if name.lower() not in seen:
+            seen.add(name.lower())
+            names.append(name)
+    rng.shuffle(names)
+    types = [rng.choice(TYPES) for _ in names]
+    seg_of = [i % N_SEGMENTS for i in range(N_ENTITIES)]
+    pairs = set()
+    while len(pairs) < N_RELATIONS:
+        a, b = rng.sample(range(N_ENTITIES), 2)
+        if (b, a) not in pairs:
+            pairs.add((a, b))
+    relations = sorted(pairs)
+    records = [[] for _ in range(N_SEGMENTS)]
+    mentions = [[] for _ in range(N_SEGMENTS)]
+    for i, name in enumerate(names):
+        desc = f"{name} is a {types[i]} " + " ".join(rng.choices(VOCAB, k=8)) + "."
+        records[seg_of[i]].append(f"entity<|#|>{name}<|#|>{types[i]}<|#|>{desc}")
+        mentions[seg_of[i]].append(name)
+    for a, b in relations:
+        s = max(seg_of[a], seg_of[b])
+        kw = rng.choice(KEYWORDS)
+        desc = f"{names[a]} {kw} {names[b]} " + " ".join(rng.choices(VOCAB, k=6)) + "."
+        records[s].append(f"relation<|#|>{names[a]}<|#|>{names[b]}<|#|>{kw}, {rng.choice(KEYWORDS)}<|#|>{desc}")
+        mentions[s] += [names[a], names[b]]
+    images = []
+    for j in range(n_images):
+        n_obj = rng.randint(2, 3)
+        objs = rng.sample(OBJECTS, n_obj)
+        boxes = []
+        for _ in objs:
+            x1, y1 = rng.uniform(0, 0.5), rng.uniform(0, 0.5)
+            boxes.append((x1, y1, x1 + rng.uniform(0.2, 0.5), y1 + rng.uniform(0.2, 0.5)))
+        scene = [f"<object-{k + 1}>: {o}, ({b[0]:.2f}, {b[1]:.2f}, {b[2]:.2f}, {b[3]:.2f})"
+                 for k, (o, b) in enumerate(zip(objs, boxes))]
+        scene.append(f"<relation-1>: <object-1> {rng.choice(PREDICATES)} <object-2>")
+        a, b = rng.choice(relations)
+        depicted = [a, b] + rng.sample([e for e in range(N_ENTITIES) if e not in (a, b)], n_obj - 2)
+        maps = [f'("mapping"|<image>|{names[depicted[0]].upper()}|8)']
+        maps += [f'("mapping"|<object-{k + 1}>|{names[e].upper()}|9)' for k, e in enumerate(depicted)]
+        maps.append(f'("mapping"|<relation-1>|{names[depicted[0]].upper()}|{names[depicted[1]].upper()}|7)')
+        caption = f"Photo of the {objs[0]} of {names[depicted[0]]} with a {objs[1]}"
+        images.append(ImageInput(f"photo-{j}", None, "\n".join(scene), "##".join(maps) + "<|COMPLETE|>",
+                                 caption=caption))
+    segments = []
+    for s in range(N_SEGMENTS):
+        target = rng.randint(40, 80)
+        words: list[str] = []
+        for name in dict.fromkeys(mentions[s]):
+            words += [name] + rng.choices(VOCAB, k=rng.randint(3, 7))
+        while sum(len(w.split()) for w in words) < target:
+            words += rng.choices(VOCAB, k=rng.randint(4, 9)) + ["."]
+        text = " ".join(words)
+        refs = tuple(f"photo-{j}" for j in range(n_images) if j % N_SEGMENTS == s)
+        segments.append(Segment(text, refs, (s, s), len(text.split())))
+    extractions = ["\n".join(r + ["<|COMPLETE|>"]) for r in records]
+    return DocumentInput(f"doc-{number:06d}", segments=segments, title=f"Document {number}", images=images,
+                         extractions=extractions)
+
+
+def make_questions(n: int, n_docs: int, n_images: int, seed: int = 0) -> list[str]:
+    """`n` questions naming entities (and objects) of random documents of a corpus of `n_docs`."""
+    rng = random.Random(f"gpu-questions-{seed}")
+    shared = shared_names(n_docs, seed)
+    out = []
+    for i in range(n):
+        doc = make_document(rng.randrange(n_docs), shared, n_images, seed)
+        recs = [line.split("<|#|>") for text in doc.extractions for line in text.splitlines()]
+        if i % 2 == 0 or not doc.images:
+            rel = rng.choice([r for r in recs if r[0] == "relation"])
+            out.append(f"What is the relation between {rel[1]} and {rel[2]}?")
+        else:
+            im = rng.choice(doc.images)
+            objs = [line.split(": ", 1)[1].split(",")[0] for line in im.scene_graph.splitlines()
+                    if line.startswith("<object-")]
+            ents = [m.split("|")[2] for m in im.mappings.replace("<|COMPLETE|>", "").split("##")]
+            k = rng.randrange(len(objs))
+            entity = next(r[1] for r in recs if r[0] == "entity" and r[1].upper() == ents[k + 1])
+            out.append(f"Which photo shows the {objs[k]} of {entity}?")
+    return out
+
+
+# --- workers: document generation, graph building and text encoding -------------------------
+
+_W: dict = {}
+
+
+def _worker_init() -> None:
+    torch.set_num_threads(1)
+    _W["text"] = make_encoders()[1]
+
+
+def _build_one(task: tuple[int, int, int, int]):
+    """``(graph, text-side vectors, seconds building, seconds encoding)`` of document `number`
+    of a corpus of `n_docs` (task = ``(number, n_docs, n_images, seed)``)."""
+    number, n_docs, n_images, seed = task
+    if _W.get("key") != (n_docs, seed):
+        _W.update(key=(n_docs, seed), shared=shared_names(n_docs, seed))
+    if "text" not in _W:
+        _W["text"] = make_encoders()[1]
+    t0 = time.perf_counter()
+    g = build_document_graph(make_document(number, _W["shared"], n_images, seed))
+    t1 = time.perf_counter()
+    v = encode_document(g, _W["text"])
+    # numpy, not tensors: torch would pass each tensor between processes as a file descriptor
+    v = {k: (x.local, x.values.to(torch.bfloat16).view(torch.int16).numpy(), x.offsets.numpy()) for k, x in v.items()}
+    return g, v, t1 - t0, time.perf_counter() - t1
+
+
+def _text_vectors(v: dict) -> dict[str, ItemVectors]:
+    """What :func:`_build_one` returned for the text stores, as ItemVectors (bf16, no copy)."""
+    return {k: ItemVectors(local, torch.from_numpy(values).view(torch.bfloat16), torch.from_numpy(offsets))
+            for k, (local, values, offsets) in v.items()}
+
+
+class GraphBuilder:
+    """Builds documents' graphs and text vectors in `workers` processes (or in this one when
+    `workers` <= 1). Start it before the main process does heavy threaded work or touches CUDA:
+    the workers are forked."""
+
+    def __init__(self, workers: int):
+        self.workers, self.pool = workers, None
+        if workers > 1:
+            try:
+                self.pool = mp.get_context("fork").Pool(workers, _worker_init)
+            except (OSError, ValueError):  # no fork here: build in this process
+                self.workers = 1
+
+    def submit(self, numbers: list[int], n_docs: int, n_images: int, seed: int):
+        """Starts building documents `numbers`; ``.get()`` returns their list (at once without workers)."""
+        tasks = [(n, n_docs, n_images, seed) for n in numbers]
+        if self.pool is None:
+            done = [_build_one(t) for t in tasks]
+            return type("Done", (), {"get": lambda self: done})()
+        return self.pool.map_async(_build_one, tasks, chunksize=max(1, len(tasks) // (4 * self.workers)))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+            self.pool, self.workers = None, 1
+
+
+def region_rows(boxes: np.ndarray, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """For regions with ``boxes [K, 4]`` (x1, y1, x2, y2 in [0, 1]; NaN: the whole image):
+    ``(counts [K], rows [sum(counts)])``, the row-major indices of the ``grid x grid`` cells each
+    box covers, concatenated (vectorised: no Python loop per region)."""
+    k = boxes.shape[0]
+    if k == 0 or grid < 1:
+        return np.zeros(k, np.int64), np.zeros(0, np.int64)
+    b = np.where(np.isfinite(boxes), np.clip(boxes, 0.0, 1.0), np.array([0.0, 0.0, 1.0, 1.0]))
+    c0 = np.minimum(np.floor(b[:, 0] * grid).astype(np.int64), grid - 1)
+    r0 = np.minimum(np.floor(b[:, 1] * grid).astype(np.int64), grid - 1)
+    c1 = np.minimum(np.maximum(np.ceil(b[:, 2] * grid).astype(np.int64), c0 + 1), grid)
+    r1 = np.minimum(np.maximum(np.ceil(b[:, 3] * grid).astype(np.int64), r0 + 1), grid)
+    w, h = c1 - c0, r1 - r0
+    counts = w * h
+    owner = np.repeat(np.arange(k), counts)
+    t = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    rows = (r0[owner] + t // w[owner]) * grid + c0[owner] + t % w[owner]
+    return counts, rows
+
+
+class Buffers:
+    """Host buffers reused from chunk to chunk (``add_documents`` copies what it is given, so a
+    chunk's patches can be overwritten once it returns): fresh multi-GiB allocations would
+    page-fault every chunk again."""
+
+    def __init__(self):
+        self._b: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, rows: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        b = self._b.get(name)
+        if b is None or b.shape[0] < rows or b.dtype != dtype or b.device.type != torch.device(device).type:
+            b = self._b[name] = None  # release the old one first
+            b = self._b[name] = torch.empty((max(rows, 1), DIM), dtype=dtype, device=device)
+        return b[:rows]
+
+
+def patch_vectors(graphs: list, n_patches: int, generator: torch.Generator, device: torch.device,
+                  buffers: Buffers | None = None) -> tuple[list, dict]:
+    """Per document ``{"image": ItemVectors, "region": ItemVectors}``: random unit patches per
+    image (bf16, drawn on `device`, kept on the host) and each region's slice of them (the
+    image's patches on the grid cells its bbox covers, gathered with one index for all). The
+    values are views into `buffers` (valid until the next call with the same buffers)."""
+    buffers = buffers or Buffers()
+    n_img = [int(g.nodes_of(NodeKind.IMAGE).size) for g in graphs]
+    total = sum(n_img)
+    t0 = time.perf_counter()
+    vals = buffers.get("image", total * n_patches, torch.bfloat16)
+    step = max(1, (1 << 26) // (n_patches * DIM))  # images drawn per call: ~256 MiB of float32 at a time
+    for a in range(0, total, step):
+        b = min(total, a + step)
+        x = buffers.get("draw", (b - a) * n_patches, torch.float32, device)
+        torch.randn(x.shape, generator=generator, device=device, out=x)
+        x /= torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_(min=1e-12)
+        vals[a * n_patches:b * n_patches].copy_(x)  # bf16 on the host (from the GPU: one D2H copy)
+    gen_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    grid = int(math.isqrt(n_patches))
+    # every region of every document: its local id, its image's position in `vals`, its bbox
+    reg_local, reg_img, reg_box, reg_doc = [], [], [], []
+    first = 0
+    for i, (g, k) in enumerate(zip(graphs, n_img)):
+        imgs = g.nodes_of(NodeKind.IMAGE)
+        pos = np.full(g.n_nodes, -1, np.int64)
+        pos[imgs] = first + np.arange(k)
+        regs = g.nodes_of(NodeKind.REGION)
+        regs = regs[(g.node_image[regs] >= 0)]
+        regs = regs[pos[g.node_image[regs]] >= 0]
+        reg_local.append(regs.astype(np.int64))
+        reg_img.append(pos[g.node_image[regs]])
+        reg_box.append(g.node_bbox[regs])
+        reg_doc.append(np.full(regs.size, i, np.int64))
+        first += k
+    reg_img_a = np.concatenate(reg_img) if reg_img else np.zeros(0, np.int64)
+    counts, rows = region_rows(np.concatenate(reg_box) if reg_box else np.zeros((0, 4)), grid)
+    rows = np.repeat(reg_img_a * n_patches, counts) + rows
+    reg_vals = buffers.get("region", rows.size, torch.bfloat16)
+    if rows.size:
+        torch.index_select(vals, 0, torch.from_numpy(rows), out=reg_vals)
+    reg_off = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=reg_off[1:])
+    per_doc = np.bincount(np.concatenate(reg_doc), minlength=len(graphs)) if reg_doc else np.zeros(len(graphs), np.int64)
+    reg_first = np.zeros(len(graphs) + 1, np.int64)
+    np.cumsum(per_doc, out=reg_first[1:])
+    out, first = [], 0
+    for i, (g, k) in enumerate(zip(graphs, n_img)):
+        entry = {}
+        if k:
+            entry["image"] = ItemVectors(g.nodes_of(NodeKind.IMAGE).astype(np.int64),
+                                         vals[first * n_patches:(first + k) * n_patches],  # a view
+                                         torch.arange(k + 1, dtype=torch.int64) * n_patches)
+        a, b = int(reg_first[i]), int(reg_first[i + 1])
+        if b > a:
+            lo, hi = int(reg_off[a]), int(reg_off[b])
+            entry["region"] = ItemVectors(reg_local[i], reg_vals[lo:hi], torch.from_numpy(reg_off[a:b + 1] - lo))
+        out.append(entry)
+        first += k
+    return out, {"generate_s": gen_s, "regions_s": time.perf_counter() - t1, "image_tokens": total * n_patches,
+                 "region_tokens": int(rows.size)}
+
+
+def build_index(n_docs: int, n_images: int, n_patches: int, encoders: Encoders, *, seed: int, chunk: int,
+                builder: GraphBuilder, gen_device: torch.device, progress: bool = True, desc: str = "building") -> tuple:
+    """``(index, info)``: an in-memory bf16 index of `n_docs` generated documents with
+    precomputed vectors, added `chunk` documents per ``add_documents`` call."""
+    t_all = time.perf_counter()
+    index = KnowledgeIndex(encoders, dtype=torch.bfloat16)
+    gen = torch.Generator(device=gen_device).manual_seed(seed + 12345)
+    buffers = Buffers()
+    times = {"graphs_and_text_s": 0.0, "graph_build_cpu_s": 0.0, "text_encode_cpu_s": 0.0, "patches_generate_s": 0.0,
+             "regions_slice_s": 0.0, "add_documents_s": 0.0}
+    tokens = {"image": 0, "region": 0}
+    bar = tqdm(total=n_docs, desc=f"{desc} {n_docs:,} documents ({builder.workers} workers)", unit="doc",
+               disable=not progress)
+    starts = list(range(0, n_docs, chunk))
+    try:
+        pending = builder.submit(list(range(0, min(n_docs, chunk))), n_docs, n_images, seed) if starts else None
+        for j, lo in enumerate(starts):
+            numbers = list(range(lo, min(n_docs, lo + chunk)))
+            t0 = time.perf_counter()
+            built = pending.get()
+            times["graphs_and_text_s"] += time.perf_counter() - t0  # waiting for the workers
+            if j + 1 < len(starts):  # the next chunk builds while this one is added
+                pending = builder.submit(list(range(starts[j + 1], min(n_docs, starts[j + 1] + chunk))), n_docs,
+                                         n_images, seed)
+            times["graph_build_cpu_s"] += sum(b[2] for b in built)
+            times["text_encode_cpu_s"] += sum(b[3] for b in built)
+            graphs = [b[0] for b in built]
+            pv, pinfo = patch_vectors(graphs, n_patches, gen, gen_device, buffers)
+            times["patches_generate_s"] += pinfo["generate_s"]
+            times["regions_slice_s"] += pinfo["regions_s"]
+            tokens["image"] += pinfo["image_tokens"]
+            tokens["region"] += pinfo["region_tokens"]
+            vectors = [{**_text_vectors(b[1]), **p} for b, p in zip(built, pv)]
+            t0 = time.perf_counter()
+            index.add_documents(graphs, vectors=vectors)
+            times["add_documents_s"] += time.perf_counter() - t0
+            del built, graphs, pv, vectors
+            bar.update(len(numbers))
+    finally:
+        bar.close()
+        del buffers
+    times["build_total_s"] = time.perf_counter() - t_all
+    t0 = time.perf_counter()
+    index.graph  # noqa: B018 - assemble the merged graph now, not in the first query
+    times["graph_assemble_s"] = time.perf_counter() - t0
+    counts = index.counts
+    vb = {s: st.values.numel() * st.values.element_size() for s, st in index.stores.items()}
+    info = {"documents": n_docs, "images_per_doc": n_images, "patches": n_patches, "workers": builder.workers,
+            "patch_device": str(gen_device), "counts": counts, "vector_bytes": vb,
+            "vector_bytes_total": sum(vb.values()), "patch_tokens": tokens,
+            "mean_region_patches": tokens["region"] / max(1, counts.get("regions", 0)),
+            "graph_backend": index.graph.backend, **{k: round(v, 3) for k, v in times.items()},
+            "host_rss_bytes": rss(), "host_peak_rss_bytes": hwm()}
+    return index, info
+
+
+# ------------------------------------------------------------------------------------------
+# Measuring
+# ------------------------------------------------------------------------------------------
+
+def rss() -> int:
+    return _status("VmRSS:")
+
+
+def hwm() -> int:
+    return _status("VmHWM:")
+
+
+def _status(key: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class GpuPeak:
+    """The peak of ``torch.cuda.max_memory_allocated`` over the whole run, across the resets
+    that measure one batch's growth."""
+    peak = 0
+
+    @classmethod
+    def note(cls) -> int:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            cls.peak = max(cls.peak, torch.cuda.max_memory_allocated())
+        return cls.peak
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.note()
+        torch.cuda.reset_peak_memory_stats()
+
+
+class Clock:
+    """Wall time of a call with the device synchronised before and after."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def __call__(self, fn):
+        self.sync()
+        t0 = time.perf_counter()
+        out = fn()
+        self.sync()
+        return out, time.perf_counter() - t0
+
+
+def stage_ms(result, per: int) -> dict[str, float]:
+    return {s: 1e3 * result.timings.get(s, 0.0) / per for s in STAGES}
+
+
+def summary(lat: list[float], n: int, total_s: float, stages: dict[str, list[float]], encode: list[float],
+            walls: list[float]) -> dict:
+    a = np.asarray(lat) * 1e3
+    return {"queries": n, "p50_ms": float(np.percentile(a, 50)), "p90_ms": float(np.percentile(a, 90)),
+            "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean()), "max_ms": float(a.max()),
+            "qps": n / total_s, "qps_with_encode": n / sum(walls),
+            "stage_ms_per_query": {s: statistics.median(v) for s, v in stages.items()},
+            "encode_ms_per_query": statistics.median(encode)}
+
+
+def time_single(pipe: Pipeline, questions: list[str], clock: Clock, max_s: float = math.inf) -> dict:
+    """One query at a time; stops early (at least 2 queries) once `max_s` seconds are spent."""
+    lat, walls, encode, stages = [], [], [], {s: [] for s in TIMED}
+    t_end = time.perf_counter() + max_s
+    for q in questions:
+        if len(lat) >= 2 and time.perf_counter() > t_end:
+            break
+        r, wall = clock(lambda: pipe.retrieve(q))
+        e2e = wall - r.timings["encode"]
+        lat.append(e2e)
+        walls.append(wall)
+        encode.append(1e3 * r.timings["encode"])
+        st = stage_ms(r, 1)
+        st["results"] = 1e3 * e2e - sum(st.values())
+        for s in TIMED:
+            stages[s].append(st[s])
+    out = summary(lat, len(lat), sum(lat), stages, encode, walls)
+    out["asked"] = len(questions)
+    return out
+
+
+def time_batches(pipe: Pipeline, batches: list[list[str]], clock: Clock, gpu_mem: bool = False) -> dict:
+    lat, walls, encode, stages = [], [], [], {s: [] for s in TIMED}
+    total, n = 0.0, 0
+    mem, per_batch = [], []
+    for b in batches:
+        if gpu_mem:
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            GpuPeak.reset()
+        rs, wall = clock(lambda: pipe.retrieve_batch(b))
+        if gpu_mem:
+            mem.append(torch.cuda.max_memory_allocated() - base)
+        e2e = wall - rs[0].timings["encode"]
+        lat += [e2e] * len(b)
+        walls.append(wall)
+        total += e2e
+        per_batch.append(1e3 * e2e)
+        n += len(b)
+        encode.append(1e3 * rs[0].timings["encode"] / len(b))
+        st = stage_ms(rs[0], len(b))
+        st["results"] = 1e3 * e2e / len(b) - sum(st.values())
+        for s in TIMED:
+            stages[s].append(st[s])
+    out = summary(lat, n, total, stages, encode, walls)
+    out["qps_with_encode"] = n / sum(walls)
+    out.update(batch_size=len(batches[0]), batches=len(batches), ms_per_batch_p50=statistics.median(per_batch))
+    if mem:
+        out["gpu_peak_growth_bytes"] = max(mem)
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Correctness: device pipeline vs CPU pipeline
+# ------------------------------------------------------------------------------------------
+
+def tol_of(score: float, rel: float) -> float:
+    return rel * max(1.0, abs(score))
+
+
+def doc_text_scores(pipe: Pipeline, question: str, doc_ids: list[str]) -> dict[str, float]:
+    """Each document's text-side recall score recomputed in float64: max over its segments and
+    tables of MaxSim(question tokens rounded to the store dtype, stored vectors)."""
+    view = pipe.view()
+    enc = pipe._encode([as_query(question, "question")])
+    qv, qo = enc["text"]
+    out = {}
+    for d in doc_ids:
+        number = np.asarray([pipe.index.doc_number(d)], np.int64)
+        best = -math.inf
+        for name in ("segment", "table"):
+            if name not in view.stores:
+                continue
+            st = pipe.index.stores[name]
+            for slot in view.stores[name].slots_of(number).tolist():
+                x = st.values[int(st.offsets[slot]):int(st.offsets[slot + 1])].double()
+                q = qv[int(qo[0]):int(qo[1])].to(st.dtype).double()
+                if x.shape[0] and q.shape[0]:
+                    best = max(best, float((q @ x.T).amax(1).sum()))
+        out[d] = best
+    return out
+
+
+def compare_docs(a, b, ref: dict[str, float] | None, rel: float) -> tuple[bool, str, float]:
+    """Recalled documents of the CPU result `a` and the device result `b` equal up to ties."""
+    ida, idb = [d for d, _ in a], [d for d, _ in b]
+    diff = max([abs(x - y) for (_, x), (_, y) in zip(a, b)] or [0.0])
+    if len(ida) != len(idb):
+        return False, f"{len(ida)} vs {len(idb)} documents", diff
+    if ida == idb:
+        ok = all(abs(x - y) <= tol_of(x, rel) for (_, x), (_, y) in zip(a, b))
+        return ok, "" if ok else f"document scores differ by {diff:.3g}", diff
+    if ref is None:
+        return False, "document order differs (no reference scores)", diff
+    for i, (x, y) in enumerate(zip(ida, idb)):
+        if x != y and abs(ref[x] - ref[y]) > tol_of(ref[x], rel):
+            return False, f"rank {i}: {x} ({ref[x]:.5f}) vs {y} ({ref[y]:.5f}) do not tie", diff
+    return True, "order differs only among tied documents", diff
+
+
+def compare_images(a, b, rel: float) -> tuple[bool, str, float]:
+    """E_k of the CPU result `a` and the device result `b` (``[(node, score)]``) equal up to ties."""
+    if len(a) != len(b):
+        return False, f"{len(a)} vs {len(b)} images", math.inf
+    diff = max([abs(x[1] - y[1]) for x, y in zip(a, b)] or [0.0])
+    for (_, x), (_, y) in zip(a, b):
+        if abs(x - y) > tol_of(x, rel):
+            return False, f"scores by position differ: {x:.5f} vs {y:.5f}", diff
+    sa, sb = dict(a), dict(b)
+    for node in set(sa) & set(sb):
+        if abs(sa[node] - sb[node]) > tol_of(sa[node], rel):
+            return False, f"node {node}: {sa[node]:.5f} vs {sb[node]:.5f}", diff
+    for node, s in list(sa.items()):
+        if node not in sb and abs(s - b[-1][1]) > tol_of(s, rel):
+            return False, f"node {node} ({s:.5f}) only on the CPU and does not tie the last", diff
+    for node, s in list(sb.items()):
+        if node not in sa and abs(s - a[-1][1]) > tol_of(s, rel):
+            return False, f"node {node} ({s:.5f}) only on the device and does not tie the last", diff
+    same = [x for x, _ in a] == [x for x, _ in b]
+    return True, "" if same else "order differs only among tied images", diff
+
+
+def compare_results(ref_pipe: Pipeline, q: str, ra, rb, rel: float) -> dict:
+    """Results `ra` and `rb` of question `q` (recalled documents, then E_k) equal up to ties;
+    `ref_pipe` recomputes document scores when the recalled order differs."""
+    ok_d, why_d, dd = compare_docs(ra.documents, rb.documents, None, rel)
+    ids_a, ids_b = [d for d, _ in ra.documents], [d for d, _ in rb.documents]
+    if not ok_d and ids_a != ids_b:
+        ok_d, why_d, dd = compare_docs(ra.documents, rb.documents,
+                                       doc_text_scores(ref_pipe, q, sorted(set(ids_a) | set(ids_b))), rel)
+    a = [(int(h.node), float(h.score)) for h in ra.images]
+    b = [(int(h.node), float(h.score)) for h in rb.images]
+    if ids_a != ids_b:  # tied documents swapped: the graphs differ downstream, images are not comparable
+        ok_i, why_i, di = True, "not compared (documents tied and swapped)", 0.0
+    else:
+        ok_i, why_i, di = compare_images(a, b, rel)
+        if not ok_i and not np.array_equal(ra.subgraph_nodes, rb.subgraph_nodes):
+            why_i += (f" (the expanded subgraphs already differ: {ra.subgraph_nodes.size} vs {rb.subgraph_nodes.size} "
+                      f"nodes; seeds {ra.seed_entities[:3]}... vs {rb.seed_entities[:3]}...)")
+    ok_u = ra.image_units == rb.image_units
+    return {"question": q, "ok": ok_d and ok_i and ok_u, "documents_ok": ok_d, "documents_note": why_d,
+            "images_ok": ok_i, "images_note": why_i, "images": len(b), "image_units": rb.image_units,
+            "units_ok": ok_u, "doc_score_diff": dd, "image_score_diff": di if math.isfinite(di) else None}
+
+
+def check(cpu: Pipeline, dev: Pipeline, questions: list[str], rel: float, batch: int) -> dict:
+    """Single results of both pipelines compared per question (up to ties), and the device
+    pipeline's batches compared with its singles the same way."""
+    rows, failures = [], []
+    dev_single = []
+    for i, q in enumerate(questions):
+        rc, rd = cpu.retrieve(q), dev.retrieve(q)
+        dev_single.append(rd)
+        row = compare_results(cpu, q, rc, rd, rel)
+        rows.append(row)
+        if not row["ok"]:
+            failures.append(f"question {i} ({q!r}): documents: {row['documents_note'] or 'ok'}; images: "
+                            f"{row['images_note'] or 'ok'}; units {rc.image_units!r} vs {rd.image_units!r}")
+    batched_ok, batched_identical = True, True
+    for lo in range(0, len(questions), batch):
+        for j, r in enumerate(dev.retrieve_batch(questions[lo:lo + batch])):
+            s = dev_single[lo + j]
+            row = compare_results(cpu, questions[lo + j], s, r, rel)
+            batched_identical &= row["documents_note"] == "" and row["images_note"] == ""
+            if not row["ok"]:
+                batched_ok = False
+                failures.append(f"question {lo + j}: the device batch of {batch} differs from its retrieve(): "
+                                f"documents: {row['documents_note'] or 'ok'}; images: {row['images_note'] or 'ok'}")
+    diffs_d = [r["doc_score_diff"] for r in rows]
+    diffs_i = [r["image_score_diff"] for r in rows if r["image_score_diff"] is not None]
+    return {"questions": len(questions), "passed": not failures, "failures": failures[:10],
+            "documents_equal_up_to_ties": sum(r["documents_ok"] for r in rows),
+            "images_equal_up_to_ties": sum(r["images_ok"] for r in rows),
+            "documents_identical": sum(r["documents_note"] == "" for r in rows),
+            "images_identical": sum(r["images_note"] == "" for r in rows),
+            "images_ranked_total": sum(r["images"] for r in rows),
+            "image_units": sorted({r["image_units"] for r in rows}), "batched_equals_single": batched_ok,
+            "batched_identical_to_single": batched_identical,
+            "max_doc_score_diff": max(diffs_d, default=0.0), "max_image_score_diff": max(diffs_i, default=0.0),
+            "tolerance_rel": rel, "rows": rows}
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+def machine_info(device: torch.device) -> dict:
+    info = {"hostname": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+            "torch_num_threads": torch.get_num_threads(), "COLGRAPH_NUM_THREADS": os.environ.get("COLGRAPH_NUM_THREADS"),
+            "colgraph_engine": getattr(cg, "__version__", None), "backends": cg.backends()}
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        info.update(gpu=torch.cuda.get_device_name(device), gpu_memory_bytes=p.total_memory,
+                    gpu_sms=p.multi_processor_count, cuda=torch.version.cuda)
+    else:
+        info["gpu"] = None
+    try:
+        import subprocess
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE.parent, capture_output=True,
+                                            text=True, timeout=10).stdout.strip() or None
+    except (OSError, Exception):
+        info["git_commit"] = None
+    return info
+
+
+def _ms(x: float) -> str:
+    return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:,.2f}"
+
+
+def to_markdown(rep: dict) -> str:
+    m, s, ix = rep["machine"], rep["settings"], rep["index"]
+    dev = s["device"]
+    lines = [f"# Retrieval pipeline on {'a GPU' if dev.startswith('cuda') else 'the CPU'}: "
+             f"{ix['documents']:,} documents, {ix['counts'].get('images', 0):,} images x {ix['patches']:,} patches"
+             + (" (QUICK: tiny, timings meaningless)" if s["quick"] else ""), "",
+             f"{rep['date']} · {m.get('gpu') or 'no GPU'} · torch {m['torch']} · triton {m.get('triton')} · "
+             f"{m['cpus_usable']} CPUs · graph backend {ix['graph_backend']} · native "
+             f"{m['backends'].get('native')} · commit {str(m.get('git_commit'))[:10]}", "",
+             f"Settings: {json.dumps({k: v for k, v in s.items() if k != 'config'})}", "",
+             f"Config: {json.dumps(s['config'])}", ""]
+    c = ix["counts"]
+    lines += ["## Index", "",
+              f"* {c['documents']:,} documents, {c['nodes']:,} nodes, {c['edges']:,} edges; {c.get('segments', 0):,} "
+              f"segments, {c.get('entities', 0):,} entities, {c.get('relations', 0):,} relations, "
+              f"{c.get('images', 0):,} images, {c.get('regions', 0):,} regions "
+              f"(mean {ix['mean_region_patches']:.0f} patches each)",
+              f"* vectors resident (bf16): {_gib(ix['vector_bytes_total'])} GiB ("
+              + ", ".join(f"{k} {_gib(v)}" for k, v in ix["vector_bytes"].items() if v) + ")",
+              f"* build {ix['build_total_s']:.1f} s with {ix['workers']} workers: graphs + text vectors "
+              f"{ix['graphs_and_text_s']:.1f} s waiting for the workers ({ix['graph_build_cpu_s']:.1f} s CPU building "
+              f"graphs, "
+              f"{ix['text_encode_cpu_s']:.1f} s CPU encoding text), patches {ix['patches_generate_s']:.1f} s "
+              f"(on {ix['patch_device']}), region slices {ix['regions_slice_s']:.1f} s, add_documents "
+              f"{ix['add_documents_s']:.1f} s; graph assembly {ix['graph_assemble_s']:.1f} s; host RSS "
+              f"{_gib(ix['host_rss_bytes'])} GiB (peak {_gib(ix['host_peak_rss_bytes'])} GiB)", ""]
+    p = rep.get("pipeline", {})
+    if p:
+        mem = ""
+        if p.get("gpu_resident_bytes") is not None:
+            mem = f"; GPU memory: stores resident {_gib(p['gpu_resident_bytes'])} GiB"
+            if p.get("gpu_peak_bytes") is not None:
+                growth = ", ".join(f"{k.replace('_', ' ')} +{_gib(v)} GiB"
+                                   for k, v in (p.get("gpu_peak_growth_batch_bytes") or {}).items() if v is not None)
+                mem += f", peak {_gib(p['gpu_peak_bytes'])} GiB (peak growth during a {growth})"
+        lines += [f"Device pipeline: view (store copy to {dev}) {p['view_s']:.1f} s"
+                  + (f", warm-up {p['warmup_s']:.1f} s" if "warmup_s" in p else "") + mem
+                  + f"; image units {p.get('image_units')!r}", ""]
+    ck = rep.get("check")
+    if ck:
+        lines += ["## Correctness (device vs CPU pipeline)", "",
+                  f"**{'PASS' if ck['passed'] else 'FAIL'}** on {ck['check_index']}: {ck['questions']} questions; "
+                  f"documents equal up to ties {ck['documents_equal_up_to_ties']}/{ck['questions']} (identical "
+                  f"{ck['documents_identical']}), E_k equal up to ties {ck['images_equal_up_to_ties']}/{ck['questions']} "
+                  f"(identical {ck['images_identical']}; {ck['images_ranked_total']} images ranked, units "
+                  f"{ck['image_units']}); device batch of 16 equals its singles up to ties: "
+                  f"{ck['batched_equals_single']} (identical: {ck.get('batched_identical_to_single')}); max score "
+                  f"difference: documents {ck['max_doc_score_diff']:.3g}, images {ck['max_image_score_diff']:.3g} "
+                  f"(tolerance {ck['tolerance_rel']:g} relative)"]
+        lines += [f"* {f}" for f in ck["failures"]]
+        lines.append("")
+    runs = rep.get("runs") or {}
+    if runs:
+        lines += ["## Latency and throughput (query encoding excluded)", "",
+                  "| device | mode | queries | p50 ms | p99 ms | QPS | QPS incl. encode | encode ms/query |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for name, r in runs.items():
+            d, mode = name.split(":", 1)
+            d = dev if d == "device" else "cpu (side by side)"
+            lines.append(f"| {d} | {mode.replace('_', ' ')} | {r['queries']} | {_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | "
+                         f"{r['qps']:,.1f} | {r['qps_with_encode']:,.1f} | {_ms(r['encode_ms_per_query'])} |")
+        lines += ["", "## Per stage (median ms per query; batches: batch time / batch size)", "",
+                  "| device | mode | " + " | ".join(TIMED) + " | dominant |", "|---|---|" + "---:|" * (len(TIMED) + 1)]
+        for name, r in runs.items():
+            d, mode = name.split(":", 1)
+            d = dev if d == "device" else "cpu (side by side)"
+            st = r["stage_ms_per_query"]
+            dom = max(TIMED, key=lambda k: st[k])
+            lines.append(f"| {d} | {mode.replace('_', ' ')} | " + " | ".join(_ms(st[k]) for k in TIMED)
+                         + f" | {dom} ({100 * st[dom] / max(sum(st.values()), 1e-12):.0f}%) |")
+        lines.append("")
+    if rep.get("ratios"):
+        lines += ["## Device vs CPU", ""] + [f"* {k}: {v:.2f}x" for k, v in rep["ratios"].items()] + [""]
+    if rep.get("targets"):
+        lines += ["## Targets", ""] + [f"* {k}: {v['value']:.2f} (target {v['target']}: "
+                                       f"{'met' if v['met'] else 'NOT met'})" for k, v in rep["targets"].items()] + [""]
+    if rep.get("errors"):
+        lines += ["## Errors and skips", ""] + [f"* {e}" for e in rep["errors"]] + [""]
+    lines.append(f"Total {rep.get('total_s', 0):.0f} s (last phase done: {rep.get('phase_done')}).")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------
+# Main
+# ------------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--docs", type=int, default=10_000)
+    p.add_argument("--images-per-doc", type=int, default=10)
+    p.add_argument("--patches", type=int, default=1030)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--quick", action="store_true",
+                   help="40 documents, 2 images, 64 patches, few queries (< 60 s on CPU); overrides the sizes and counts")
+    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    p.add_argument("--queries", type=int, default=200, help="single queries timed on the device pipeline")
+    p.add_argument("--batches", type=int, default=6, help="batches timed per batch size")
+    p.add_argument("--batch-sizes", default="16,64")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up rounds of each batch size (1 and the batch sizes)")
+    p.add_argument("--check-queries", type=int, default=16)
+    p.add_argument("--check-docs", type=int, default=500,
+                   help="size of the separate check index when the full one is too slow on the CPU")
+    p.add_argument("--cpu-check-limit-s", type=float, default=3.0,
+                   help="one CPU query slower than this: check on --check-docs")
+    p.add_argument("--cpu-queries", type=int, default=8, help="single queries timed on the CPU pipeline (0: none)")
+    p.add_argument("--cpu-batch", type=int, default=16, help="one batch of this size timed on the CPU pipeline (0: none)")
+    p.add_argument("--tolerance", type=float, default=2e-3, help="relative score tolerance (bf16 stores)")
+    p.add_argument("--chunk", type=int, default=1000, help="documents per add_documents call")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes building graphs and text vectors (default: usable CPUs - 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="seconds the whole run may take; the later timings shrink to fit (the device allows 600 per command)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.docs, args.images_per_doc, args.patches = 40, 2, 64
+        args.queries, args.batches, args.batch_sizes, args.warmup = 8, 1, "4,16", 1
+        args.check_queries, args.check_docs, args.cpu_queries, args.cpu_batch, args.chunk = 6, 20, 2, 4, 16
+        if args.workers is None:
+            args.workers = 1
+    return args
+
+
+class Run:
+    """The report being filled, written to --out after every phase (a run stopped by a time
+    limit still leaves what it measured), and the time budget."""
+
+    def __init__(self, args, rep: dict):
+        self.args, self.rep, self.t0 = args, rep, time.perf_counter()
+        self.stem = "gpu_pipeline_quick" if args.quick else "gpu_pipeline"
+        args.out.mkdir(parents=True, exist_ok=True)
+
+    def left(self) -> float:
+        return self.args.budget_s - (time.perf_counter() - self.t0)
+
+    def save(self, phase: str) -> str:
+        self.rep["phase_done"] = phase
+        self.rep["total_s"] = time.perf_counter() - self.t0
+        md = to_markdown(self.rep)
+        for ext, text in (("json", json.dumps(self.rep, indent=1, default=str)), ("md", md)):
+            tmp = self.args.out / f".{self.stem}.{ext}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, self.args.out / f"{self.stem}.{ext}")
+        return md
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = args.workers or max(1, cpus - 2)  # leave the main process (adding, copying) its cores
+    builder = GraphBuilder(workers)  # forked first: before CUDA and torch's thread pools start here
+    try:
+        return _main(args, builder)
+    finally:
+        builder.close()
+
+
+def _main(args, builder: GraphBuilder) -> int:
+    workers = builder.workers
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_pipeline.py: --device cuda but torch sees no CUDA device "
+                         "(use --device cpu to check the script)")
+    batch_sizes = tuple(int(b) for b in args.batch_sizes.split(",") if b.strip())
+    encoders, _ = make_encoders()
+    config = PipelineConfig()
+    errors: list[str] = []
+    rep = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": machine_info(device),
+           "settings": {"docs": args.docs, "images_per_doc": args.images_per_doc, "patches": args.patches,
+                        "device": str(device), "quick": args.quick, "queries": args.queries, "batches": args.batches,
+                        "batch_sizes": list(batch_sizes), "warmup": args.warmup, "check_queries": args.check_queries,
+                        "cpu_queries": args.cpu_queries, "cpu_batch": args.cpu_batch, "tolerance": args.tolerance,
+                        "chunk": args.chunk, "workers": workers, "seed": args.seed, "budget_s": args.budget_s,
+                        "dtype": "bfloat16", "d": DIM, "encoders": encoders.describe(),
+                        "text_vectors": "hashing encoder of the generated text",
+                        "patch_vectors": "random unit vectors (torch, seeded), regions = bbox grid cells of the image",
+                        "latency": "wall time minus the pipeline's encode time; batches: every query waits for its batch",
+                        "config": config.as_dict()},
+           "errors": errors}
+    run = Run(args, rep)
+    try:
+        return _measure(args, run, builder, device, encoders, config, batch_sizes)
+    except Exception as exc:  # keep what was measured, say where it broke
+        errors.append(f"stopped after phase {rep.get('phase_done')!r}: {exc!r}"[:1000])
+        rep["traceback"] = traceback.format_exc()[-4000:]
+        print(run.save(f"failed after {rep.get('phase_done')}"))
+        raise
+
+
+def _measure(args, run: Run, builder: GraphBuilder, device: torch.device, encoders: Encoders, config: PipelineConfig,
+             batch_sizes: tuple[int, ...]) -> int:
+    """Phases 1-5 (see the module docstring); the report is saved after each."""
+    rep, errors = run.rep, run.rep["errors"]
+    clock, cpu_clock = Clock(device), Clock(torch.device("cpu"))
+
+    # 1. the index
+    index, info = build_index(args.docs, args.images_per_doc, args.patches, encoders, seed=args.seed, chunk=args.chunk,
+                              builder=builder, gen_device=device)
+    rep["index"] = info
+    tqdm.write(f"index: {info['counts']['documents']:,} documents, {info['counts'].get('images', 0):,} images, "
+               f"{info['vector_bytes_total'] / 2**30:.2f} GiB vectors; built in {info['build_total_s']:.1f} s "
+               f"(waiting for graphs + text {info['graphs_and_text_s']:.1f} s, patches {info['patches_generate_s']:.1f} s, "
+               f"add_documents {info['add_documents_s']:.1f} s; assembly {info['graph_assemble_s']:.1f} s; "
+               f"graph backend {info['graph_backend']})")
+    run.save("index")
+    n_questions = max([args.queries, args.check_queries, args.cpu_queries, args.cpu_batch]
+                      + [b * args.batches for b in batch_sizes])
+    questions = make_questions(n_questions + max(batch_sizes), args.docs, args.images_per_doc, args.seed)
+    warm_qs, questions = questions[-max(batch_sizes):], questions[:n_questions]
+
+    # 2. pipelines, warm-up (Triton compile and autotune)
+    if device.type == "cuda":
+        GpuPeak.reset()
+        base_mem = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    dev = Pipeline(index, encoders, config, device=device)
+    dev.view()
+    clock.sync()
+    pinfo = {"view_s": time.perf_counter() - t0, "image_units": dev.image_units}
+    rep["pipeline"] = pinfo
+    if device.type == "cuda":
+        pinfo["gpu_resident_bytes"] = torch.cuda.memory_allocated() - base_mem
+    cpu = Pipeline(index, encoders, config, device="cpu")
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        for b in (1,) + batch_sizes:
+            clock(lambda: dev.retrieve_batch(warm_qs[:b]))
+    pinfo["warmup_s"] = time.perf_counter() - t0
+    tqdm.write(f"device pipeline: view {pinfo['view_s']:.1f} s, warm-up {pinfo['warmup_s']:.1f} s, "
+               f"image units {dev.image_units!r}")
+    run.save("warm-up")
+
+    # 3. correctness: device vs CPU
+    check_q = questions[:args.check_queries]
+    cpu.retrieve(warm_qs[0])  # one-time costs (item norms, degrees) out of the estimate
+    _, one_cpu = cpu_clock(lambda: cpu.retrieve(warm_qs[-1]))
+    check_index = f"the benchmark index ({args.docs:,} documents)"
+    check_pipes, small = (cpu, dev), None
+    if one_cpu > args.cpu_check_limit_s and args.check_docs < args.docs:
+        small, _ = build_index(args.check_docs, args.images_per_doc, args.patches, encoders, seed=args.seed,
+                               chunk=args.chunk, builder=builder, gen_device=device, desc="check index:")
+        check_pipes = (Pipeline(small, encoders, config, device="cpu"), Pipeline(small, encoders, config, device=device))
+        check_q = make_questions(args.check_queries, args.check_docs, args.images_per_doc, args.seed + 7)
+        check_index = (f"a {args.check_docs:,}-document index built the same way (one CPU query on the full index "
+                       f"took {one_cpu:.1f} s > {args.cpu_check_limit_s:g} s)")
+    t0 = time.perf_counter()
+    try:
+        ck = check(*check_pipes, check_q, args.tolerance, 16)
+    except Exception as exc:
+        ck = {"questions": len(check_q), "passed": False, "failures": [f"check raised {exc!r}"[:300]],
+              "traceback": traceback.format_exc()[-2000:], "documents_equal_up_to_ties": 0,
+              "images_equal_up_to_ties": 0, "documents_identical": 0, "images_identical": 0,
+              "images_ranked_total": 0, "image_units": [], "batched_equals_single": False,
+              "max_doc_score_diff": math.nan, "max_image_score_diff": math.nan, "tolerance_rel": args.tolerance}
+    ck.update(check_index=check_index, one_cpu_query_s=one_cpu, check_s=time.perf_counter() - t0)
+    rep["check"] = ck
+    del check_pipes, small
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    tqdm.write(f"correctness: {'PASS' if ck['passed'] else 'FAIL'} on {check_index} in {ck['check_s']:.1f} s"
+               + ("" if ck["passed"] else ": " + "; ".join(ck["failures"][:3])))
+    builder.close()  # no more building: the workers would only sit beside the timings
+    run.save("check")
+
+    # 4. device timings
+    runs: dict[str, dict] = {}
+    rep["runs"], rep["ratios"] = runs, {}
+    # singles may use up to a third of what is left (the batches and the CPU runs follow)
+    runs["device:single"] = time_single(dev, questions[:args.queries], clock, max_s=max(10.0, run.left() / 3))
+    r = runs["device:single"]
+    tqdm.write(f"device single: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms over {r['queries']} queries")
+    for b in batch_sizes:
+        batches = [questions[i * b:(i + 1) * b] for i in range(args.batches)]
+        r = time_batches(dev, batches, clock, gpu_mem=device.type == "cuda")
+        r["ratio_qps_vs_single"] = r["qps"] / runs["device:single"]["qps"]
+        runs[f"device:batch_{b}"] = r
+        tqdm.write(f"device batch {b}: {r['qps']:,.1f} QPS ({r['ms_per_batch_p50']:.1f} ms per batch)")
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        pinfo["gpu_peak_bytes"] = GpuPeak.note()  # whole run: store copies, warm-up, check, timings
+        pinfo["gpu_peak_growth_batch_bytes"] = {f"batch_{b}": runs[f"device:batch_{b}"].get("gpu_peak_growth_bytes")
+                                                for b in batch_sizes}
+    single = runs["device:single"]
+    big = max(batch_sizes)
+    rep["targets"] = {
+        f"single p50 ms at {args.docs:,} docs": {"value": single["p50_ms"], "target": f"<= {TARGET_P50_MS:g}",
+                                                 "met": single["p50_ms"] <= TARGET_P50_MS},
+        f"batch {big} QPS at {args.docs:,} docs": {"value": runs[f"device:batch_{big}"]["qps"],
+                                                   "target": f">= {TARGET_QPS_64:g}",
+                                                   "met": runs[f"device:batch_{big}"]["qps"] >= TARGET_QPS_64},
+    }
+    run.save("device timings")
+
+    # 5. the CPU pipeline side by side (as much as the budget allows)
+    ratios = rep["ratios"]
+    n_cpu = args.cpu_queries
+    if n_cpu and run.left() < 1.5 * one_cpu * (n_cpu + args.cpu_batch):
+        n_cpu = max(2, int(run.left() / (3 * max(one_cpu, 1e-3))))
+        errors.append(f"CPU side by side shortened to {n_cpu} single queries (time budget)")
+    if n_cpu:
+        runs["cpu:single"] = time_single(cpu, questions[:n_cpu], cpu_clock, max_s=max(5.0, run.left() / 3))
+        ratios["single p50: CPU / device"] = runs["cpu:single"]["p50_ms"] / single["p50_ms"]
+        run.save("cpu single")
+    b = args.cpu_batch
+    if b and run.left() > 1.5 * one_cpu * b:
+        runs[f"cpu:batch_{b}"] = time_batches(cpu, [questions[:b]], cpu_clock)
+        if f"device:batch_{b}" in runs:
+            ratios[f"batch {b} QPS: device / CPU"] = runs[f"device:batch_{b}"]["qps"] / runs[f"cpu:batch_{b}"]["qps"]
+    elif b:
+        errors.append(f"CPU batch of {b} skipped (time budget: {run.left():.0f} s left, one CPU query took "
+                      f"{one_cpu:.2f} s)")
+    md = run.save("done")
+    print(md)
+    print(f"wrote {args.out / run.stem}.{{md,json}}")
+    if not ck["passed"]:
+        print("CORRECTNESS FAILED: " + "; ".join(ck["failures"][:5]), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
