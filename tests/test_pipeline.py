@@ -431,3 +431,13 @@ def test_an_empty_index_gives_empty_stages_and_says_so():
     for x in r:
         assert x.documents == [] and x.images == [] and x.evidence.records == []
         assert any("no segment vectors" in n for n in x.notes)
+
+
+def test_query_image_and_caption_drive_the_visual_ranking(index):
+    cat = _photo("chelsea")[30:270, 60:400]
+    with_caption = Pipeline(index, ENC, PipelineConfig(kd=7, k=5)).retrieve(
+        Query("Where does this animal live?", image=cat, caption="a tabby cat on a sill"))
+    assert with_caption.visual_text == "a tabby cat on a sill" and not with_caption.visual_used_question
+    assert with_caption.images[0].image == "chelsea"
+    alone = Pipeline(index, ENC, PipelineConfig(kd=7, k=5)).retrieve(Query("Where does this animal live?", image=cat))
+    assert alone.visual_used_question and alone.images[0].image == "chelsea"  # the query image ranks alone

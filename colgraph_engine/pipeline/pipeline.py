@@ -76,6 +76,7 @@ class Result:
     counts: dict[str, dict]
     config: PipelineConfig
     notes: list[str] = field(default_factory=list)
+    visual_text: str = ""  # what was token-encoded for the visual ranker: C_vis phrases (+ caption)
 
     def as_dict(self) -> dict:
         """A JSON-ready summary (arrays as lists)."""
@@ -85,7 +86,8 @@ class Result:
             "documents": [{"doc_id": d, "score": s} for d, s in self.documents], "recall_sides": list(self.recall_sides),
             "seed_entities": self.seed_entities, "seed_relations": [list(r) for r in self.seed_relations],
             "subgraph": {"nodes": self.subgraph_nodes.tolist(), "hops": self.subgraph_hops.tolist()},
-            "visual_phrases": list(self.visual_phrases.phrases), "visual_used_question": self.visual_used_question,
+            "visual_phrases": list(self.visual_phrases.phrases), "visual_text": self.visual_text,
+            "visual_used_question": self.visual_used_question,
             "image_units": self.image_units, "images": [h.as_dict() for h in self.images],
             "evidence": {"entities": ev.entities, "relations": [{k: v for k, v in r.items()} for r in ev.relations],
                          "sources": ev.sources, "records": [r.__dict__ for r in ev.records],
@@ -275,7 +277,7 @@ class Pipeline:
                 [] if seeds is None else [(self.index.describe_node(int(view.edge_src[e]))["name"],
                                            self.index.describe_node(int(view.edge_dst[e]))["name"]) for e in seeds.relations[i]],
                 sub.nodes[i], sub.hop[i], hits[i], self.image_units, enc["phrases"][i], visual.used_question[i],
-                evidence[i], contexts[i], answers[i], dict(timings), c, cfg, notes))
+                evidence[i], contexts[i], answers[i], dict(timings), c, cfg, notes, enc["visual_texts"][i]))
         return results
 
     # -- helpers ------------------------------------------------------------------------------
@@ -295,9 +297,13 @@ class Pipeline:
         elif has_image.any():
             has_image[:] = False  # no image encoder: the image side cannot run (stated in the notes)
         phrases = [extract_visual_phrases(q.question) for q in qs]
-        cvis = pack(e.tokens([p.text() for p in phrases]), dtype=torch.float32)
+        visual_texts = [p.text() if not q.caption.strip() else
+                        (f"{p.text()} ; {q.caption.strip()}" if p.has_visual_cue else q.caption.strip())
+                        for p, q in zip(phrases, qs)]
+        cvis = pack(e.tokens(visual_texts), dtype=torch.float32)
         return {"text": text, "text_vectors": text_vectors, "image": image, "has_image": has_image, "images": images,
-                "phrases": phrases, "cvis": cvis, "cvis_used_question": [not p.has_visual_cue for p in phrases]}
+                "phrases": phrases, "cvis": cvis, "visual_texts": visual_texts,
+                "cvis_used_question": [not p.has_visual_cue and not q.caption.strip() for p, q in zip(phrases, qs)]}
 
     def _degree(self, view: IndexView) -> np.ndarray:
         if not hasattr(view, "_degree"):

@@ -17,7 +17,11 @@ visual phrases C_vis(q) (:mod:`.cvis`; the question's own tokens when it has no 
   token encoder: the offline surrogate for a text-image model, labelled as such in results.
 * with a query image, a second ranking by MaxSim of the query-image patches against the
   candidates' patches (one image encoder, one space) is fused with the first by
-  reciprocal-rank fusion.
+  reciprocal-rank fusion; when the question has no visual cue and the query has no caption,
+  the query image ranks alone (our choice: the question's own tokens say nothing about it).
+
+The query image's caption, when given, joins the visual phrases (it describes what to look
+for; our choice, the paper has no caption).
 
 ``visual_ranker="pooled"`` scores the same pairs by the cosine of mean vectors instead; ``"off"``
 ranks nothing (E_k is empty).
@@ -135,7 +139,9 @@ def rank_visual(view: IndexView, candidates: list[np.ndarray], cvis_q, image_q, 
     if rows.size:
         img = _score_side(view, _unit_stores("patches"), image_q, rows, [candidates[i] for i in rows], ranker)
         for j, i in enumerate(rows.tolist()):
-            sides[i].append(img[j])
+            # a question without visual cue (and no caption) says nothing about the picture: the
+            # query image alone ranks then, instead of fusing with the question's tokens
+            sides[i] = [img[j]] if used_question[i] else sides[i] + [img[j]]
     nodes, scores = [], []
     for i in range(nq):
         c = candidates[i]
