@@ -71,7 +71,7 @@ def print_result(r, out=None, *, context_chars: int = 1200) -> None:
              "patches": "image patches"}.get(r.image_units, "off")
     why = "question tokens (no visual cue)" if r.visual_used_question else f"C_vis {list(r.visual_phrases.phrases)}"
     if q.caption.strip():
-        why += f" + caption {q.caption.strip()!r}"
+        why = (f"{why} + " if r.visual_phrases.has_visual_cue else "") + f"the caption {q.caption.strip()!r}"
     if q.image is not None and r.visual_used_question:
         why = "the query image's patches alone (no visual cue, no caption)"
     w(f"  5 images by {r.config.visual_ranker} of {why} vs {label}:")
