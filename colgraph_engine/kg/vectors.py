@@ -114,7 +114,8 @@ def image_text_view(graph: DocumentGraph, node: int) -> str:
     return "\n".join(t for t in lines if t)
 
 
-def _open_image(pixels):
+def open_image(pixels):
+    """An RGB PIL image from a path, a PIL image or a uint8 ``[H, W(, 3)]`` array."""
     from PIL import Image  # deferred: only image stores need it
 
     if isinstance(pixels, (str, os.PathLike)):
@@ -127,7 +128,8 @@ def _open_image(pixels):
     raise TypeError(f"pixels: expected a path, a PIL image or a uint8 array, got {type(pixels).__name__}")
 
 
-def _crop(image, bbox: np.ndarray):
+def crop_to_box(image, bbox: np.ndarray):
+    """`image` cropped to a normalised ``(x1, y1, x2, y2)`` box (at least one pixel)."""
     w, h = image.size
     x1, y1, x2, y2 = (float(c) for c in bbox)
     left, top = min(int(np.floor(x1 * w)), w - 1), min(int(np.floor(y1 * h)), h - 1)
@@ -141,7 +143,7 @@ def item_images(graph: DocumentGraph, store: str) -> tuple[np.ndarray, list]:
 
     def image_of(v: int):
         if v not in opened:
-            opened[v] = _open_image(graph.pixels[graph.node_name[v]])
+            opened[v] = open_image(graph.pixels[graph.node_name[v]])
         return opened[v]
 
     ids, images = [], []
@@ -150,7 +152,7 @@ def item_images(graph: DocumentGraph, store: str) -> tuple[np.ndarray, list]:
         if owner < 0 or graph.node_name[owner] not in graph.pixels:
             continue
         ids.append(int(v))
-        images.append(image_of(owner) if store == "image" else _crop(image_of(owner), graph.node_bbox[v]))
+        images.append(image_of(owner) if store == "image" else crop_to_box(image_of(owner), graph.node_bbox[v]))
     return np.asarray(ids, np.int64), images
 
 

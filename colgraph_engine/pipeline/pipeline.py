@@ -22,7 +22,7 @@ import torch
 
 from ..graph.kinds import NodeKind
 from ..kg.index import KnowledgeIndex
-from ..kg.vectors import Encoders
+from ..kg.vectors import Encoders, crop_to_box, image_text_view, open_image, region_text_view
 from ..packed import pack
 from .config import PipelineConfig, calibrated_threshold
 from .context import Answer, Context, build_context, run_generator
@@ -313,11 +313,8 @@ class Pipeline:
 
     def _image_hit(self, view: IndexView, node: int, score: float) -> ImageHit:
         d = self.index.describe_node(node)
-        text = ""
-        store = "image_text" if d["kind"] == "image" else "region_text"
-        from ..kg.vectors import image_text_view, region_text_view
         g = self.index.document(d["doc_id"])
-        text = image_text_view(g, d["local"]) if store == "image_text" else region_text_view(g, d["local"])
+        text = image_text_view(g, d["local"]) if d["kind"] == "image" else region_text_view(g, d["local"])
         return ImageHit(node, d["kind"], d["doc_id"], d["image"], d["name"], d["bbox"], score, text)
 
     @staticmethod
@@ -334,9 +331,8 @@ class Pipeline:
             if pix is None:
                 continue
             try:
-                from ..kg.vectors import _crop, _open_image
-                im = _open_image(pix)
-                out.append(im if h.kind == "image" or h.bbox is None else _crop(im, np.asarray(h.bbox)))
+                im = open_image(pix)
+                out.append(im if h.kind == "image" or h.bbox is None else crop_to_box(im, np.asarray(h.bbox)))
             except Exception:  # an image that cannot be read is left out of the generator call
                 continue
         return out
