@@ -84,20 +84,20 @@ def test_ranked_accepts_tuple_and_1d_array_and_relevant_any_collection():
 # nDCG
 
 
-def test_ndcg_hand_computed_k3():
-    # gains {a:3, b:2, c:0}, ranking [c, a, b], k = 3
+def test_ndcg_hand_computed_k3_exponential():
+    # gains {a:3, b:2, c:0}, ranking [c, a, b], k = 3, gain = 2^g - 1
     # DCG  = (2^0-1)/log2(2) + (2^3-1)/log2(3) + (2^2-1)/log2(4) = 0 + 4.4165082750 + 1.5 = 5.9165082750
     # IDCG = ideal [a, b, c]: 7/1 + 3/log2(3) + 0 = 7 + 1.8927892607 = 8.8927892607
     # nDCG = 5.9165082750 / 8.8927892607 = 0.6653152460
-    assert ndcg_at_k(["c", "a", "b"], {"a": 3, "b": 2, "c": 0}, 3) == pytest.approx(0.6653152460)
+    assert ndcg_at_k(["c", "a", "b"], {"a": 3, "b": 2, "c": 0}, 3, gain="exponential") == pytest.approx(0.6653152460)
 
 
 @pytest.mark.parametrize("gains", [{"a": 3, "b": 2, "c": 0}, {"c": 0, "b": 2, "a": 3}], ids=["desc", "asc"])
-def test_ndcg_hand_computed_k2_uses_ideal_cut_at_k(gains):
-    # same gains and ranking, k = 2: DCG = 0 + 7/log2(3) = 4.4165082750
+def test_ndcg_hand_computed_k2_uses_ideal_cut_at_k_exponential(gains):
+    # same gains and ranking, k = 2, exponential: DCG = 0 + 7/log2(3) = 4.4165082750
     # IDCG@2 = 7 + 3/log2(3) = 8.8927892607 (the two best grades, whatever the mapping's order)
     # nDCG = 4.4165082750 / 8.8927892607 = 0.4966392597
-    assert ndcg_at_k(["c", "a", "b"], gains, 2) == pytest.approx(0.4966392597)
+    assert ndcg_at_k(["c", "a", "b"], gains, 2, gain="exponential") == pytest.approx(0.4966392597)
 
 
 def test_ndcg_k1_zero_grade_at_top():
@@ -114,16 +114,60 @@ def test_ndcg_unjudged_ids_count_as_grade_zero():
     assert ndcg_at_k(["z", "a"], {"a": 1}, 2) == pytest.approx(0.6309297536)
 
 
-def test_ndcg_k_larger_than_ranking_keeps_full_ideal():
-    # ranked [b] only, k = 5: DCG = (2^2-1)/1 = 3
+def test_ndcg_k_larger_than_ranking_keeps_full_ideal_exponential():
+    # ranked [b] only, k = 5, exponential: DCG = (2^2-1)/1 = 3
     # IDCG@5 uses every judged grade: 7/1 + 3/log2(3) = 8.8927892607 -> 3 / 8.8927892607 = 0.3373519727
-    assert ndcg_at_k(["b"], {"a": 3, "b": 2}, 5) == pytest.approx(0.3373519727)
+    assert ndcg_at_k(["b"], {"a": 3, "b": 2}, 5, gain="exponential") == pytest.approx(0.3373519727)
 
 
 def test_ndcg_fractional_grade():
     # gains {a: 0.5}, ranking [a]: DCG = IDCG = 2^0.5 - 1 -> 1.0; ranking [x, a]: (2^0.5-1)/log2(3) / (2^0.5-1)
     assert ndcg_at_k(["a"], {"a": 0.5}, 1) == pytest.approx(1.0)
     assert ndcg_at_k(["x", "a"], {"a": 0.5}, 2) == pytest.approx(0.6309297536)
+
+
+# Linear gain (the default): trec_eval's ndcg_cut, as pytrec_eval, BEIR and ViDoRe report it.
+# 2/log2(3) = 1.2618595071, 3/log2(3) = 1.8927892607. The values below also equal pytrec_eval's
+# ndcg_cut for the same qrels and run (checked once by hand; pytrec_eval is not a dependency).
+
+
+def test_ndcg_default_is_linear_gain_hand_computed():
+    # gains {a:3, b:2, c:0}, ranking [c, a, b], gain = g
+    # k = 3: DCG  = 0/1 + 3/log2(3) + 2/log2(4) = 1.8927892607 + 1 = 2.8927892607
+    #        IDCG = 3/1 + 2/log2(3) + 0 = 4.2618595071 -> nDCG = 0.6787622295
+    # k = 2: DCG  = 1.8927892607, IDCG@2 = 4.2618595071 -> 0.4441228664
+    # k = 1: DCG  = 0 -> 0
+    gains = {"a": 3, "b": 2, "c": 0}
+    assert ndcg_at_k(["c", "a", "b"], gains, 3) == pytest.approx(0.6787622295)
+    assert ndcg_at_k(["c", "a", "b"], gains, 3, gain="linear") == pytest.approx(0.6787622295)
+    assert ndcg_at_k(["c", "a", "b"], gains, 2) == pytest.approx(0.4441228664)
+    assert ndcg_at_k(["c", "a", "b"], gains, 1) == 0.0
+
+
+def test_ndcg_linear_k_larger_than_ranking_keeps_full_ideal():
+    # ranked [b], k = 5: DCG = 2/1 = 2; IDCG@5 = 3 + 2/log2(3) = 4.2618595071 -> 0.4692787260
+    assert ndcg_at_k(["b"], {"a": 3, "b": 2}, 5) == pytest.approx(0.4692787260)
+
+
+def test_ndcg_linear_and_exponential_differ_only_for_grades_above_one():
+    # the same ranking: linear 0.6787622295 vs exponential 0.6653152460 (hand computed above)
+    gains = {"a": 3, "b": 2, "c": 0}
+    assert ndcg_at_k(["c", "a", "b"], gains, 3, gain="linear") != pytest.approx(
+        ndcg_at_k(["c", "a", "b"], gains, 3, gain="exponential"))
+    # grades 0/1: 2^1 - 1 = 1 and 2^0 - 1 = 0, so both conventions agree
+    binary = {"a": 1, "b": 0, "c": 1}
+    for k in (1, 2, 3):
+        assert ndcg_at_k(["b", "a", "c"], binary, k, gain="linear") == ndcg_at_k(
+            ["b", "a", "c"], binary, k, gain="exponential")
+
+
+@pytest.mark.parametrize("gain,exc", [("log", ValueError), ("Linear", ValueError), (None, TypeError),
+                                      (2, TypeError)])
+def test_ndcg_bad_gain_convention(gain, exc):
+    with pytest.raises(exc, match="^gain must be one of"):
+        ndcg_at_k(["a"], {"a": 1}, 1, gain=gain)
+    with pytest.raises(exc, match="^gain must be one of"):
+        evaluate_rankings({"q": ["a"]}, {"q": {"a": 1}}, ks=(1,), gain=gain)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -144,8 +188,8 @@ RANKINGS = {
 
 
 def test_evaluate_rankings_averages_and_skips():
-    got = evaluate_rankings(RANKINGS, QRELS, ks=(1, 3))
-    # per query (q1, q2, q4), k = 1 and k = 3:
+    got = evaluate_rankings(RANKINGS, QRELS, ks=(1, 3), gain="exponential")
+    # per query (q1, q2, q4), k = 1 and k = 3 (nDCG with gain 2^g - 1):
     #   q1 [b, a, c], rel {a}:    hit 0, 1   recall 0, 1     rr 0, 1/2
     #     ndcg@1: DCG 0 -> 0;  ndcg@3: (2^1-1)/log2(3) / 1 = 0.6309297536
     #   q2 [d, x, c], rel {c, d}: hit 1, 1   recall 1/2, 1   rr 1, 1
@@ -168,13 +212,28 @@ def test_evaluate_rankings_averages_and_skips():
     assert got["n_skipped"] == 1
 
 
+def test_evaluate_rankings_linear_gain_by_default():
+    got = evaluate_rankings(RANKINGS, QRELS, ks=(1, 3))
+    # as in the exponential test above, but q2's grades {c:2, d:1} enter as 2 and 1:
+    #   q2 [d, x, c]: ndcg@1 = 1 / 2;  ndcg@3: DCG = 1/1 + 0 + 2/log2(4) = 2,
+    #                 IDCG = 2/1 + 1/log2(3) = 2.6309297536 -> 0.7601875335
+    #   q1 (grade 1 only) and q4 (empty) as before: 0 and 0.6309297536; 0 and 0
+    assert got["ndcg@1"] == pytest.approx((0 + 0.5 + 0) / 3)
+    assert got["ndcg@3"] == pytest.approx((0.6309297536 + 0.7601875335 + 0) / 3)
+    assert got == evaluate_rankings(RANKINGS, QRELS, ks=(1, 3), gain="linear")
+    # the binary metrics do not depend on the gain convention
+    expo = evaluate_rankings(RANKINGS, QRELS, ks=(1, 3), gain="exponential")
+    assert {k: v for k, v in got.items() if not k.startswith("ndcg")} == {
+        k: v for k, v in expo.items() if not k.startswith("ndcg")}
+
+
 def test_evaluate_rankings_agrees_with_single_query_functions():
-    got = evaluate_rankings({"q": ["x", "b", "a"]}, {"q": {"a": 2, "b": 1, "c": 1}}, ks=(2,))
+    got = evaluate_rankings({"q": ["x", "b", "a"]}, {"q": {"a": 2, "b": 1, "c": 1}}, ks=(2,), gain="exponential")
     assert got["hit@2"] == hit_at_k(["x", "b", "a"], {"a", "b", "c"}, 2) == 1.0
     assert got["recall@2"] == pytest.approx(recall_at_k(["x", "b", "a"], {"a", "b", "c"}, 2)) == pytest.approx(1 / 3)
     assert got["mrr@2"] == pytest.approx(mrr_at_k(["x", "b", "a"], {"a", "b", "c"}, 2)) == pytest.approx(1 / 2)
     # DCG@2 = 0 + 1/log2(3) = 0.6309297536; IDCG@2 = 3/1 + 1/log2(3) = 3.6309297536 -> 0.1737665
-    assert got["ndcg@2"] == pytest.approx(ndcg_at_k(["x", "b", "a"], {"a": 2, "b": 1, "c": 1}, 2))
+    assert got["ndcg@2"] == pytest.approx(ndcg_at_k(["x", "b", "a"], {"a": 2, "b": 1, "c": 1}, 2, gain="exponential"))
     assert got["ndcg@2"] == pytest.approx(0.6309297536 / 3.6309297536)
 
 
@@ -379,3 +438,57 @@ def test_mmqa_em_f1_bad_input():
         mmqa_em_f1(3, "x")
     with pytest.raises(TypeError, match="gold"):
         mmqa_em_f1("x", [])
+
+
+# Issue 12 reproducers and MultimodalQA's official normalisation (allenai/multimodalqa,
+# baselines/evaluate.py with word2number 1.1). Expected values were worked out from its rules:
+# punctuation goes first unless the piece is already a float, then floats and number words are
+# written as str(float(...)); a differential run against the official script on 14,738 random
+# answer pairs found no difference (not part of the suite: the script is not a dependency).
+@pytest.mark.parametrize("prediction, gold, expected", [
+    ("$5", "5", (1.0, 1.0)),                 # "$5" -> "5" -> "5.0"   (was (0, 0))
+    ("1995", "(1995)", (1.0, 1.0)),          # "(1995)" -> "1995" -> "1995.0"   (was (0, 0))
+    ("5%", "5", (1.0, 1.0)),
+    ("thirty", "30", (1.0, 1.0)),            # number words beyond twenty: the tens
+    ("ninety-nine", "90 9", (1.0, 1.0)),     # hyphen splits first: "90.0 9.0"
+    ("hundred", "100", (1.0, 1.0)),
+    ("million", "1000000", (1.0, 1.0)),
+    ("billion", "1e9", (1.0, 1.0)),          # "1e9" is a float: "1000000000.0"
+    ("one hundred", "100", (0.0, 0.67)),     # pieces "1.0 100.0" vs "100.0": p 1/2, r 1 -> 2/3
+    ("1,000.5", "10005", (1.0, 1.0)),        # the comma AND the point go (official behaviour)
+    ("1,000", "1000", (1.0, 1.0)),
+    ("+7", "7", (1.0, 1.0)),                 # a float keeps its sign character until str(float)
+    (".5", "0.5", (1.0, 1.0)),
+    ("point", "0", (1.0, 1.0)),              # word2number reads "point" alone as 0
+    ("first", "1", (0.0, 0.0)),              # ordinals are not number words
+    ("the 5", "5", (1.0, 1.0)),
+    ("4 apples", "$4 apples", (1.0, 1.0)),
+    ("5 apples", "$4 apples", (0.0, 0.0)),   # gold number 4.0 missing from the prediction
+])
+def test_mmqa_em_f1_official_normalisation(prediction, gold, expected):
+    assert mmqa_em_f1(prediction, gold) == expected
+
+
+def test_mmqa_number_words_follow_word2number():
+    from colgraph_engine.eval.metrics import _mmqa_normalize, _word_number
+    # whole phrases, as word2number 1.1 reads them (pieces never hold spaces, but may hold tabs)
+    assert _word_number("two million three hundred") == 2_000_300.0
+    assert _word_number("twenty one") == 21.0
+    assert _word_number("five point two five") == 5.25
+    assert _word_number("five point twenty") == 5.0          # non-digit decimal words count 0
+    assert _word_number("two million three thousand") == 2_004_003.0   # the library's own quirk
+    assert _word_number("thousand million") is None         # thousand before million: refused
+    assert _word_number("point point") is None
+    assert _word_number("thousand one") is None             # library IndexError: not a number here
+    assert _word_number("apple") is None
+    assert _mmqa_normalize("five\tpoint\tfive") == "5.5"
+    assert _mmqa_normalize("The-$5  answer") == "5.0 answer"
+
+
+def test_mmqa_alignment_and_empty_prediction():
+    # gold [paris, rome], prediction [rome]: rome-rome = 1, paris unmatched 0 -> mean over 2 = 0.5
+    assert mmqa_em_f1(["Rome"], ["Paris", "Rome"]) == (0.0, 0.5)
+    # prediction longer than gold: divided by the longer list (3): 1/3 -> 0.33
+    assert mmqa_em_f1(["x", "Rome", "y"], ["Rome"]) == (0.0, 0.33)
+    # an empty prediction list scores 0 (the official script does the same)
+    assert mmqa_em_f1([], ["Rome"]) == (0.0, 0.0)
