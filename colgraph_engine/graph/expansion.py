@@ -8,9 +8,13 @@ import numpy as np
 
 @dataclass(frozen=True)
 class QueryExpansion:
-    """One query's subgraph. Arrays over reached nodes share one order: hop ascending; within a
-    hop, best score first (node id breaks ties), or discovery order without scores; hop 0 holds
-    the seeds in the order given."""
+    """One query's subgraph. Arrays over reached nodes share one order: hop ascending; hop 0
+    holds the seeds in the order given; within a later hop, discovery order, with or without
+    scores: frontier nodes in order, each one's out-edges by (target, edge id), then its
+    in-edges by (source, edge id), as `direction` allows; the members of an alias group follow the member that was
+    found. Scores decide which candidates are kept (and, under a budget, which fill it first),
+    not where they are listed: sort by `score` for a best-first view. The native and reference
+    implementations give the same order."""
 
     nodes: np.ndarray        # [R] int64 node ids
     hop: np.ndarray          # [R] int32 BFS distance from the nearest seed

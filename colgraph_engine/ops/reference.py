@@ -1,6 +1,7 @@
 """Pure-torch references: the specification, the test oracle and the last-resort backend.
 
-The math is documented once, in :mod:`colgraph_engine.ops.maxsim`. These functions assume
+The math is documented once, in :mod:`colgraph_engine.ops.scoring` (its module docstring;
+the public ``maxsim``, ``maxsim_candidates`` and ``maxsim_topk`` there). These functions assume
 validated inputs and compute in `acc_dtype` (float32 by default, float64 for the oracle).
 Memory stays bounded: the similarity block ``[Tq, Tchunk]`` never exceeds `max_block_elems`.
 """
