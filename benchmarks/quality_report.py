@@ -275,7 +275,7 @@ def encode_once(encoder, images, desc):
     """Packed L2-normalised patch vectors and ``[N, 1280]`` pooled vectors from ONE forward pass
     per batch. The encoder's ``encode_images`` and ``pooled`` each run the network; both are the
     same un-normalised feature map, normalised per patch or averaged then normalised, so this
-    gives their results bit for bit from half the network time."""
+    gives their results from half the network time (same ops, same order)."""
     from colgraph_engine.encoders._batching import check_images, pack_list
 
     images = check_images(images)
