@@ -71,7 +71,7 @@ class Seeds:
 
 @dataclass
 class Subgraph:
-    """Per query: kept nodes (hop ascending; best first within a hop), their hop and score, the
+    """Per query: kept nodes (hop ascending; discovery order within a hop), their hop and score, the
     kept relations (edge ids) with scores, and every edge among the kept nodes."""
     nodes: list[np.ndarray]
     hop: list[np.ndarray]
