@@ -14,34 +14,41 @@ import torch
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def pack(items: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def pack(items: Sequence[torch.Tensor], dtype: torch.dtype | None = None, *,
+         name: str = "items") -> tuple[torch.Tensor, torch.Tensor]:
     """Packs a sequence of ``[L_i, d]`` tensors into ``(values [sum L_i, d], offsets [N+1])``.
 
-    All items must share ``d``, device and (unless `dtype` is given) dtype. An item may have
-    zero rows.
+    All items must share ``d``, device and (unless `dtype` is given) dtype, a floating dtype
+    (float32, float16 or bfloat16). An item may have zero rows. `name` is the argument named in
+    error messages.
     """
     if isinstance(items, torch.Tensor):
         if items.dim() != 3:
-            raise ValueError(f"items: expected a sequence of [L, d] tensors or a [N, L, d] tensor, got shape {tuple(items.shape)}")
+            raise ValueError(f"{name}: expected a sequence of [L, d] tensors or a [N, L, d] tensor, "
+                             f"got a tensor of shape {tuple(items.shape)}")
         items = list(items)
-    if not isinstance(items, Sequence) or len(items) == 0:
-        raise ValueError("items: expected a non-empty sequence of [L, d] tensors")
+    if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
+        raise TypeError(f"{name}: expected a sequence of [L, d] tensors, got {type(items).__name__}")
+    if len(items) == 0:
+        raise ValueError(f"{name}: expected a non-empty sequence of [L, d] tensors, got an empty one")
     for i, x in enumerate(items):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"items[{i}]: expected a torch.Tensor, got {type(x).__name__}")
+            raise TypeError(f"{name}[{i}]: expected a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 2:
-            raise ValueError(f"items[{i}]: expected shape [L, d], got {tuple(x.shape)}")
+            raise ValueError(f"{name}[{i}]: expected shape [L, d], got {tuple(x.shape)}")
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: expected one of {FLOAT_DTYPES}, got {dtype}")
     d = items[0].shape[1]
     for i, x in enumerate(items):
         if x.shape[1] != d:
-            raise ValueError(f"items[{i}]: expected dimension d={d}, got {x.shape[1]}")
+            raise ValueError(f"{name}[{i}]: expected dimension d={d}, got {x.shape[1]}")
         if x.device != items[0].device:
-            raise ValueError(f"items[{i}]: expected device {items[0].device}, got {x.device}")
+            raise ValueError(f"{name}[{i}]: expected device {items[0].device}, got {x.device}")
         if dtype is None and x.dtype != items[0].dtype:
-            raise TypeError(f"items[{i}]: expected dtype {items[0].dtype}, got {x.dtype} (pass dtype= to convert)")
+            raise TypeError(f"{name}[{i}]: expected dtype {items[0].dtype}, got {x.dtype} (pass dtype= to convert)")
     out_dtype = dtype or items[0].dtype
     if out_dtype not in FLOAT_DTYPES:
-        raise TypeError(f"dtype: expected one of {FLOAT_DTYPES}, got {out_dtype}")
+        raise TypeError(f"{name}[0]: expected dtype float32, float16 or bfloat16, got {out_dtype}")
     lengths = torch.tensor([x.shape[0] for x in items], dtype=torch.int64)
     offsets = torch.zeros(len(items) + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=offsets[1:])
@@ -51,7 +58,8 @@ def pack(items: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> tup
 
 def unpack(values: torch.Tensor, offsets: torch.Tensor) -> list[torch.Tensor]:
     """Inverse of :func:`pack`: a list of ``[L_i, d]`` views."""
-    bounds = offsets.tolist()
+    values = check_values(values, "values")
+    bounds = check_offsets(offsets, values.shape[0], values.device, "offsets").tolist()
     return [values[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
@@ -102,11 +110,26 @@ def _all_finite(values: torch.Tensor) -> bool:
     return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
 
 
-def check_finite(values: torch.Tensor, name: str) -> None:
-    """Rejects NaN or inf; done when vectors enter a store, not on every query."""
+def check_finite(values: torch.Tensor, name: str, source: torch.Tensor | None = None) -> None:
+    """Rejects NaN or inf (done when vectors enter a store, not on every query of a store).
+
+    `source`: the tensor `values` was cast from; when it was finite, the message says that the
+    cast overflowed (e.g. float32 values beyond the float16 range).
+    """
     if values.numel() and not _all_finite(values):
         row = int(torch.nonzero(~torch.isfinite(values))[0, 0])
+        if source is not None and bool(torch.isfinite(source[row]).all()):
+            big = float(source[row].abs().max())
+            raise ValueError(f"{name}: expected values within the {values.dtype} range "
+                             f"(|x| <= {torch.finfo(values.dtype).max:g}), got {big:g} in row {row}")
         raise ValueError(f"{name}: expected finite values, found NaN or inf in row {row}")
+
+
+def check_no_grad(values: torch.Tensor, name: str, why: str) -> None:
+    """Rejects a tensor that requires grad where no gradient can flow (`why` says where)."""
+    if values.requires_grad:
+        raise ValueError(f"{name}: expected a tensor without requires_grad ({why}); got one that requires grad, "
+                         f"pass {name}.detach()")
 
 
 def segment_ids(offsets: torch.Tensor) -> torch.Tensor:

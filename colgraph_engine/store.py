@@ -3,7 +3,18 @@
 Layout (see :mod:`colgraph_engine.packed`): ``values [T, d]``, ``offsets [N+1]``, plus
 ``ids [N]`` (stable int64 external ids, unique) and ``alive [N]`` (False = deleted). Deletion
 is a tombstone; :meth:`PackedStore.compact` drops tombstoned rows. Values are checked for
-NaN/inf once, when they enter the store, not on every query.
+NaN/inf once, when they enter the store (after the cast to the store's dtype), not on every
+query.
+
+Concurrency (the reader/writer contract): the contents live in one immutable
+:class:`StoreSnapshot` (values, offsets, ids, alive, id lookup). Writers (:meth:`~PackedStore.add`,
+:meth:`~PackedStore.delete`, :meth:`~PackedStore.compact`) are serialised by a lock, build a new
+snapshot beside the old one and publish it with a single attribute assignment. Every reader
+(:meth:`~PackedStore.search`, :meth:`~PackedStore.score_candidates`, :meth:`~PackedStore.positions`,
+:meth:`~PackedStore.get`, :meth:`~PackedStore.ids_between`, ``len``, ...) takes the snapshot once at
+entry and uses only it, so a reader running during a write sees the store entirely before or
+entirely after that write, never a mix. Code that reads several of ``values``/``offsets``/``ids``/
+``alive`` should take :meth:`~PackedStore.snapshot` once instead of reading the properties one by one.
 
 On disk a store is one directory, written atomically (:mod:`colgraph_engine._atomic`)::
 
@@ -18,7 +29,9 @@ or inconsistent directory with :class:`StoreFormatError`.
 """
 from __future__ import annotations
 
+import numbers
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +41,7 @@ import torch
 from . import _arraydir, _atomic
 from . import backend as _backend
 from .ops import scoring as _ops
-from .packed import FLOAT_DTYPES, check_finite, check_offsets, check_packed, pack
+from .packed import FLOAT_DTYPES, check_finite, check_no_grad, check_offsets, check_packed, check_values, pack
 
 FORMAT_NAME = "colgraph_engine.packed_store"
 FORMAT_VERSION = 1
@@ -36,13 +49,85 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat
 _DTYPES_BY_NAME = {v: k for k, v in _DTYPE_NAMES.items()}
 # numpy dtype used to hold each torch dtype's bytes on disk
 _DISK_NP = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.int16}
+_MAX_ID = 2**63 - 1
 
 
 StoreFormatError = _arraydir.FormatError  # a ValueError: missing, truncated, tampered or inconsistent
 
 
+class StoreSnapshot:
+    """One immutable version of a store's contents; what every reader works on.
+
+    Attributes (read-only by contract; a writer never modifies a published snapshot's tensors):
+        values: ``[T, d]`` all stored vectors (tombstoned items included until compact).
+        offsets: ``[N+1]`` int64 item offsets into `values`.
+        ids: ``[N]`` int64 external ids by position.
+        alive: ``[N]`` bool, False for deleted items.
+        n_live: number of True entries in `alive`.
+        next_id: the first id :meth:`PackedStore.add` hands out without explicit ids.
+    """
+
+    __slots__ = ("values", "offsets", "ids", "alive", "n_live", "next_id", "_lookup")
+
+    def __init__(self, values, offsets, ids, alive, next_id: int, n_live: int | None = None, lookup=None):
+        self.values, self.offsets, self.ids, self.alive = values, offsets, ids, alive
+        self.next_id = next_id
+        self.n_live = int(alive.sum()) if n_live is None else n_live
+        self._lookup = lookup
+
+    @property
+    def n_slots(self) -> int:
+        return self.ids.numel()
+
+    def lookup(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sorted ids, positions)``, computed on first use. Derived from `ids` only, so two
+        readers racing to fill it compute the same thing."""
+        lk = self._lookup
+        if lk is None:
+            lk = torch.sort(self.ids)
+            lk = (lk.values, lk.indices)
+            self._lookup = lk
+        return lk
+
+    def replace(self, **fields) -> StoreSnapshot:
+        cur = dict(values=self.values, offsets=self.offsets, ids=self.ids, alive=self.alive, next_id=self.next_id,
+                   n_live=self.n_live, lookup=self._lookup)
+        if "alive" in fields and "n_live" not in fields:
+            cur["n_live"] = None
+        if "ids" in fields and "lookup" not in fields:
+            cur["lookup"] = None
+        cur.update(fields)
+        return StoreSnapshot(**cur)
+
+
+def _check_device(device, name: str = "device") -> torch.device:
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{name}: expected a str or torch.device, got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"{name}: expected 'cpu' or a CUDA device such as 'cuda:0', got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: expected 'cpu' or a CUDA device, got {str(dev)!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}: expected an available device, got {str(dev)!r} but CUDA is not available here")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{name}: expected a CUDA index below {torch.cuda.device_count()}, got {dev.index}")
+    return dev
+
+
+def _check_id_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    return int(value)
+
+
 class PackedStore:
     """A growable collection of variable-length vector sets with stable ids.
+
+    Safe to share between threads: writers are serialised, readers never block and always see
+    one consistent version (see the module docstring for the contract).
 
     Args:
         dim: vector dimension d (>= 1).
@@ -53,93 +138,144 @@ class PackedStore:
 
     def __init__(self, dim: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                  normalize: bool = False):
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+            raise TypeError(f"dim: expected a positive int, got {type(dim).__name__} {dim!r}")
+        if dim < 1:
             raise ValueError(f"dim: expected a positive int, got {dim!r}")
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"dtype: expected one of {FLOAT_DTYPES}, got {dtype}")
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize: expected a bool, got {type(normalize).__name__}")
-        self.dim, self.dtype, self.normalize = dim, dtype, normalize
-        self.device = torch.device(device)
-        self._values = torch.empty((0, dim), dtype=dtype, device=self.device)  # capacity rows
-        self._n_tokens = 0
-        self._offsets = torch.zeros(1, dtype=torch.int64, device=self.device)
-        self._ids = torch.empty(0, dtype=torch.int64, device=self.device)
-        self._alive = torch.empty(0, dtype=torch.bool, device=self.device)
-        self._next_id = 0
-        self._lookup: tuple[torch.Tensor, torch.Tensor] | None = None  # (sorted ids, positions)
+        self.dim, self.dtype, self.normalize = int(dim), dtype, normalize
+        self.device = _check_device(device)
+        self._write_lock = threading.Lock()
+        # Capacity buffer behind the current snapshot's values (writers only): rows past the
+        # snapshot's T are unused, so appending there never touches rows a reader can see.
+        self._buf = torch.empty((0, self.dim), dtype=dtype, device=self.device)
+        self._snap = StoreSnapshot(self._buf[:0], torch.zeros(1, dtype=torch.int64, device=self.device),
+                                   torch.empty(0, dtype=torch.int64, device=self.device),
+                                   torch.empty(0, dtype=torch.bool, device=self.device), 0, 0)
+
+    # -- snapshot ------------------------------------------------------------------------
+    def snapshot(self) -> StoreSnapshot:
+        """The current immutable version of the contents (one consistent values/offsets/ids/alive)."""
+        return self._snap
+
+    # Field-wise access kept for code that assembles a store (load) or writes one out (save):
+    # each read takes the current snapshot; each assignment publishes a new one. Not for
+    # concurrent use; readers use snapshot().
+    @property
+    def _values(self) -> torch.Tensor:
+        return self._snap.values
+
+    @_values.setter
+    def _values(self, v: torch.Tensor) -> None:
+        self._buf = v
+        self._snap = self._snap.replace(values=v[: self._snap.values.shape[0]])
+
+    @property
+    def _n_tokens(self) -> int:
+        return self._snap.values.shape[0]
+
+    @_n_tokens.setter
+    def _n_tokens(self, t: int) -> None:
+        self._snap = self._snap.replace(values=self._buf[:t])
+
+    @property
+    def _offsets(self) -> torch.Tensor:
+        return self._snap.offsets
+
+    @_offsets.setter
+    def _offsets(self, o: torch.Tensor) -> None:
+        self._snap = self._snap.replace(offsets=o)
+
+    @property
+    def _ids(self) -> torch.Tensor:
+        return self._snap.ids
+
+    @_ids.setter
+    def _ids(self, ids: torch.Tensor) -> None:
+        self._snap = self._snap.replace(ids=ids)
+
+    @property
+    def _alive(self) -> torch.Tensor:
+        return self._snap.alive
+
+    @_alive.setter
+    def _alive(self, alive: torch.Tensor) -> None:
+        self._snap = self._snap.replace(alive=alive)
+
+    @property
+    def _next_id(self) -> int:
+        return self._snap.next_id
+
+    @_next_id.setter
+    def _next_id(self, n: int) -> None:
+        self._snap = self._snap.replace(next_id=int(n))
 
     # -- views ---------------------------------------------------------------------------
     @property
     def values(self) -> torch.Tensor:
-        """``[T, d]`` all stored vectors (tombstoned items included until compact)."""
-        return self._values[: self._n_tokens]
+        """``[T, d]`` all stored vectors (tombstoned items included until compact). Read-only."""
+        return self._snap.values
 
     @property
     def offsets(self) -> torch.Tensor:
         """``[N+1]`` int64 item offsets into :attr:`values`."""
-        return self._offsets
+        return self._snap.offsets
 
     @property
     def ids(self) -> torch.Tensor:
         """``[N]`` int64 external ids by position."""
-        return self._ids
+        return self._snap.ids
 
     @property
     def alive(self) -> torch.Tensor:
         """``[N]`` bool: False for deleted items."""
-        return self._alive
+        return self._snap.alive
 
     @property
     def n_slots(self) -> int:
         """Items stored, deleted ones included."""
-        return self._ids.numel()
+        return self._snap.n_slots
 
     def __len__(self) -> int:
-        return int(self._alive.sum())
+        return self._snap.n_live
 
     def __repr__(self) -> str:
-        return (f"PackedStore(items={len(self)}, deleted={self.n_slots - len(self)}, tokens={self._n_tokens}, "
+        s = self._snap
+        return (f"PackedStore(items={s.n_live}, deleted={s.n_slots - s.n_live}, tokens={s.values.shape[0]}, "
                 f"dim={self.dim}, dtype={self.dtype}, device={self.device})")
 
     # -- ids -----------------------------------------------------------------------------
     def _sorted_ids(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._lookup is None:
-            s, order = torch.sort(self._ids)
-            self._lookup = (s, order)
-        return self._lookup
+        return self._snap.lookup()
 
     def ids_between(self, low: int, high: int) -> torch.Tensor:
         """Live ids in ``[low, high)``, ascending (a range lookup in the sorted id cache)."""
-        s, order = self._sorted_ids()
-        a, b = (int(torch.searchsorted(s, torch.tensor(x, dtype=torch.int64, device=s.device))) for x in (low, high))
-        return s[a:b][self._alive[order[a:b]]]
+        low, high = _check_id_int(low, "low"), _check_id_int(high, "high")
+        snap = self._snap
+        s, order = snap.lookup()
+        a, b = (int(torch.searchsorted(s, torch.tensor(min(max(x, 0), _MAX_ID), dtype=torch.int64, device=s.device)))
+                if x <= _MAX_ID else s.numel() for x in (low, high))
+        b = max(a, b)
+        return s[a:b][snap.alive[order[a:b]]]
 
     def positions(self, ids: torch.Tensor | Sequence[int], *, allow_deleted: bool = False,
                   name: str = "ids") -> torch.Tensor:
         """``[K]`` int64 positions of external `ids`; ValueError for unknown (or deleted) ids.
         `name` is the argument named in error messages."""
-        q = _as_id_tensor(ids, name).to(self.device)
-        s, order = self._sorted_ids()
-        if q.numel() == 0:
-            return torch.empty(0, dtype=torch.int64, device=self.device)
-        if s.numel() == 0:
-            raise ValueError(f"{name}: id {int(q[0])} is not in the store (the store is empty)")
-        at = torch.searchsorted(s, q).clamp(max=s.numel() - 1)
-        found = s[at] == q
-        if not bool(found.all()):
-            bad = int(q[~found][0])
-            raise ValueError(f"{name}: id {bad} is not in the store")
-        pos = order[at]
-        if not allow_deleted and not bool(self._alive[pos].all()):
-            bad = int(q[~self._alive[pos]][0])
-            raise ValueError(f"{name}: id {bad} was deleted")
-        return pos
+        return _positions(self._snap, _as_id_tensor(ids, name).to(self.device), allow_deleted, name)
 
     def get(self, item_id: int) -> torch.Tensor:
-        """``[L, d]`` vectors of one live item (a view)."""
-        p = int(self.positions([item_id])[0])
-        return self.values[int(self._offsets[p]): int(self._offsets[p + 1])]
+        """``[L, d]`` vectors of one live item (a read-only view)."""
+        item_id = _check_id_int(item_id, "item_id")
+        snap = self._snap
+        if not 0 <= item_id <= _MAX_ID:
+            raise ValueError(f"item_id: id {item_id} is not in the store")
+        p = int(_positions(snap, torch.tensor([item_id], dtype=torch.int64, device=self.device), False, "item_id")[0])
+        lo, hi = snap.offsets[p: p + 2].tolist()
+        return snap.values[lo:hi]
 
     # -- mutation ------------------------------------------------------------------------
     def add(self, items: Sequence[torch.Tensor] | tuple[torch.Tensor, torch.Tensor],
@@ -150,140 +286,154 @@ class PackedStore:
             items: a sequence of ``[L_i, d]`` tensors, or a packed ``(values [T, d], offsets [K+1])``.
             ids: optional unique non-negative ids not already in the store; default: next free ids.
 
-        Nothing changes if any check fails.
+        Nothing changes if any check fails. Concurrent readers see the store before or after
+        the whole batch, never part of it.
         """
         if isinstance(items, tuple) and len(items) == 2 and all(isinstance(t, torch.Tensor) for t in items) \
-                and items[1].dtype == torch.int64:
+                and items[1].dim() == 1:
             values, offsets = check_packed(items[0], items[1], "items")
         else:
             values, offsets = pack(items)
         if values.shape[1] != self.dim:
             raise ValueError(f"items: expected dimension d={self.dim}, got {values.shape[1]}")
-        check_finite(values, "items")
-        k = offsets.numel() - 1
-        new_ids = self._new_ids(ids, k)
-        values = values.to(self.device)
+        check_no_grad(values, "items", "the store keeps values, not autograd graphs")
+        source = values.to(self.device)
+        values = source
         if self.normalize:
             values = torch.nn.functional.normalize(values.float(), dim=-1)
         values = values.to(self.dtype)
+        check_finite(values, "items", source=source)  # after the cast: overflow to inf is caught too
         offsets = offsets.to(self.device)
-        # All checks passed: now mutate.
-        need = self._n_tokens + values.shape[0]
-        if need > self._values.shape[0]:
-            grown = torch.empty((max(need, 2 * self._values.shape[0], 1024), self.dim), dtype=self.dtype, device=self.device)
-            grown[: self._n_tokens] = self._values[: self._n_tokens]
-            self._values = grown
-        self._values[self._n_tokens: need] = values
-        self._offsets = torch.cat([self._offsets, offsets[1:] + self._n_tokens])
-        self._n_tokens = need
-        self._ids = torch.cat([self._ids, new_ids])
-        self._alive = torch.cat([self._alive, torch.ones(k, dtype=torch.bool, device=self.device)])
-        self._next_id = max(self._next_id, int(new_ids.max()) + 1) if k else self._next_id
-        self._lookup = None
+        k = offsets.numel() - 1
+        with self._write_lock:
+            snap = self._snap
+            new_ids = _new_ids(snap, ids, k, self.device)
+            # All checks passed: build the next version beside the current one.
+            t_old = snap.values.shape[0]
+            need = t_old + values.shape[0]
+            buf = self._buf
+            if need > buf.shape[0] or buf.data_ptr() != snap.values.data_ptr() and t_old:
+                grown = torch.empty((max(need, 2 * buf.shape[0], 1024), self.dim), dtype=self.dtype, device=self.device)
+                grown[:t_old] = snap.values
+                buf = grown
+            buf[t_old:need] = values  # rows no published snapshot covers
+            new = StoreSnapshot(buf[:need], torch.cat([snap.offsets, offsets[1:] + t_old]),
+                                torch.cat([snap.ids, new_ids]),
+                                torch.cat([snap.alive, torch.ones(k, dtype=torch.bool, device=self.device)]),
+                                max(snap.next_id, int(new_ids.max()) + 1) if k else snap.next_id, snap.n_live + k)
+            self._buf = buf
+            self._snap = new  # publish
         return new_ids
 
-    def _new_ids(self, ids, k: int) -> torch.Tensor:
-        if ids is None:
-            return torch.arange(self._next_id, self._next_id + k, dtype=torch.int64, device=self.device)
-        t = _as_id_tensor(ids, "ids").to(self.device)
-        if t.numel() != k:
-            raise ValueError(f"ids: expected {k} ids (one per item), got {t.numel()}")
-        if k and int(t.min()) < 0:
-            raise ValueError(f"ids: expected non-negative ids, got {int(t.min())}")
-        if torch.unique(t).numel() != k:
-            raise ValueError("ids: expected unique ids, got duplicates")
-        if k and self.n_slots:
-            s, _ = self._sorted_ids()
-            at = torch.searchsorted(s, t).clamp(max=s.numel() - 1)
-            clash = s[at] == t
-            if bool(clash.any()):
-                raise ValueError(f"ids: id {int(t[clash][0])} is already in the store (deleted ids stay reserved until compact)")
-        return t
-
     def delete(self, ids: torch.Tensor | Sequence[int]) -> int:
-        """Tombstones items by id; returns how many were deleted. Unknown or already deleted ids
-        raise ValueError and nothing is deleted."""
-        pos = self.positions(ids)
-        self._alive[pos] = False
+        """Tombstones items by id; returns how many were deleted. Unknown, already deleted or
+        repeated ids raise ValueError and nothing is deleted."""
+        q = _as_id_tensor(ids, "ids").to(self.device)
+        with self._write_lock:
+            snap = self._snap
+            pos = _positions(snap, q, False, "ids")
+            if pos.numel() > 1:
+                u, counts = torch.unique(q, return_counts=True)
+                if bool((counts > 1).any()):
+                    raise ValueError(f"ids: expected each id once, got id {int(u[counts > 1][0])} "
+                                     f"{int(counts.max())} times")
+            alive = snap.alive.clone()
+            alive[pos] = False
+            self._snap = snap.replace(alive=alive, n_live=snap.n_live - pos.numel())  # ids unchanged: keep lookup
         return int(pos.numel())
 
     def compact(self) -> None:
-        """Removes tombstoned items and their vectors; ids of live items are kept."""
-        keep = torch.nonzero(self._alive).squeeze(1)
-        if keep.numel() == self.n_slots:
-            return
-        lengths = self._offsets.diff()[keep]
-        starts = self._offsets[keep]
-        rows = torch.repeat_interleave(starts, lengths) + (
-            torch.arange(int(lengths.sum()), device=self.device)
-            - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths))
-        self._values = self.values[rows].clone()
-        self._n_tokens = self._values.shape[0]
-        self._offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=self.device), torch.cumsum(lengths, 0)])
-        self._ids = self._ids[keep].clone()
-        self._alive = torch.ones(keep.numel(), dtype=torch.bool, device=self.device)
-        self._lookup = None
+        """Removes tombstoned items and their vectors; ids of live items are kept. Readers that
+        started before keep using the old version until they finish."""
+        with self._write_lock:
+            snap = self._snap
+            if snap.n_live == snap.n_slots:
+                return
+            keep = torch.nonzero(snap.alive).squeeze(1)
+            lengths = snap.offsets.diff()[keep]
+            starts = snap.offsets[keep]
+            rows = torch.repeat_interleave(starts, lengths) + (
+                torch.arange(int(lengths.sum()), device=self.device)
+                - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths))
+            values = snap.values[rows].clone()
+            new = StoreSnapshot(values, torch.cat([torch.zeros(1, dtype=torch.int64, device=self.device),
+                                                   torch.cumsum(lengths, 0)]),
+                                snap.ids[keep].clone(), torch.ones(keep.numel(), dtype=torch.bool, device=self.device),
+                                snap.next_id, keep.numel())
+            self._buf = values
+            self._snap = new
 
     def to(self, device: str | torch.device) -> PackedStore:
         """A copy of this store on `device` (self when already there)."""
-        device = torch.device(device)
+        device = _check_device(device)
         if device == self.device:
             return self
+        snap = self._snap
         out = PackedStore(self.dim, self.dtype, device, self.normalize)
-        out._values = self.values.to(device)
-        out._n_tokens = self._n_tokens
-        out._offsets, out._ids, out._alive = (t.to(device) for t in (self._offsets, self._ids, self._alive))
-        out._next_id = self._next_id
+        values = snap.values.to(device)
+        out._buf = values
+        out._snap = StoreSnapshot(values, snap.offsets.to(device), snap.ids.to(device), snap.alive.to(device),
+                                  snap.next_id, snap.n_live)
         return out
 
     # -- search --------------------------------------------------------------------------
     def _queries(self, queries, q_offsets):
         if q_offsets is None:
-            qv, qo = pack(queries)
+            qv, qo = pack(queries, name="queries")
         else:
-            qv, qo = check_packed(queries, q_offsets, "queries")
+            qv = check_values(queries, "queries")
+            qo = check_offsets(q_offsets, qv.shape[0], qv.device, "q_offsets")
         if qv.shape[1] != self.dim:
             raise ValueError(f"queries: expected dimension d={self.dim}, got {qv.shape[1]}")
-        qv = qv.to(self.device)
+        check_no_grad(qv, "queries", "search results carry no gradients")
+        source = qv.to(self.device)
+        qv = source
         if self.normalize:
             qv = torch.nn.functional.normalize(qv.float(), dim=-1)
-        return qv.to(self.dtype), qo.to(self.device)
+        qv = qv.to(self.dtype)
+        check_finite(qv, "queries", source=source)
+        return qv, qo.to(self.device)
 
     def search(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *,
                backend: str | None = None, chunk_docs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact MaxSim top-k over live items.
+        """Exact MaxSim top-k over live items (of the snapshot current when the call starts).
 
         Args:
             queries: a sequence of ``[L_i, d]`` tensors, or packed values ``[Tq, d]`` with `q_offsets`.
             q_offsets: ``[Nq+1]`` int64 when `queries` is packed.
             k: results per query (clipped to the number of live items).
+            chunk_docs: items scored per step (positive int; default: about 16M scores per block).
 
         Returns:
             ``(scores [Nq, k'], ids [Nq, k'])``: float32 MaxSim scores and external int64 ids.
         """
         qv, qo = self._queries(queries, q_offsets)
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"k: expected an int, got {type(k).__name__}")
-        if k <= 0:
-            raise ValueError(f"k: expected k >= 1, got {k}")
+        k = _ops.check_positive_int(k, "k")
+        chunk_docs = _ops.check_positive_int(chunk_docs, "chunk_docs", allow_none=True)
         name = _backend.resolve("store.search", self.device, backend)
-        alive = None if bool(self._alive.all()) else self._alive
-        scores, pos = _ops.topk_scan(qv, qo, self.values, self._offsets, k, name, alive, chunk_docs)
-        return scores, self._ids[pos]
+        snap = self._snap
+        alive = None if snap.n_live == snap.n_slots else snap.alive
+        scores, pos = _ops.topk_scan(qv, qo, snap.values, snap.offsets, k, name, alive, chunk_docs)
+        return scores, snap.ids[pos]
 
     def score_candidates(self, queries, q_offsets: torch.Tensor | None, cand_offsets: torch.Tensor,
                          cand_ids: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
         """``[C]`` float32 MaxSim of each query against its listed items (external ids, CSR)."""
         qv, qo = self._queries(queries, q_offsets)
-        pos = self.positions(cand_ids, name="cand_ids")
+        snap = self._snap
+        pos = _positions(snap, _as_id_tensor(cand_ids, "cand_ids").to(self.device), False, "cand_ids")
         co, pos = _ops.check_candidates(cand_offsets.to(self.device) if isinstance(cand_offsets, torch.Tensor) else cand_offsets,
-                                        pos, qo.numel() - 1, self.n_slots, self.device)
+                                        pos, qo.numel() - 1, snap.n_slots, self.device)
         name = _backend.resolve("store.score_candidates", self.device, backend)
-        return _ops._candidates_impl(name, qv, qo, self.values, self._offsets, co, pos)
+        return _ops._candidates_impl(name, qv, qo, snap.values, snap.offsets, co, pos)
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Writes the store to directory `path` atomically (replacing any previous version)."""
+        """Writes the store to directory `path` atomically (replacing any previous version).
+
+        Raises ValueError naming `path` when it is a non-empty folder that holds no store:
+        nothing else is ever deleted. Concurrent saves of one path all succeed (the last wins).
+        """
         arrays = {
             "values": _to_disk(self.values),
             "offsets": self._offsets.cpu().numpy(),
@@ -305,17 +455,17 @@ class PackedStore:
                 are always checked.
         """
         path = Path(path)
-        _atomic.recover(path)
-        m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
-        n, t, d = (_arraydir.meta_int(m, key, path) for key in ("n_items", "n_tokens", "dim"))
-        if m.get("dtype") not in _DTYPES_BY_NAME or not isinstance(m.get("normalize"), bool) or d < 1:
-            raise StoreFormatError(f"{path / 'manifest.json'}: dtype, dim or normalize invalid")
-        dtype = _DTYPES_BY_NAME[m["dtype"]]
-        read = lambda name, dt, shape, **kw: _arraydir.read_array(path, m, name, dt, shape, verify=verify, **kw)  # noqa: E731
-        values = read("values", _DISK_NP[dtype], (t, d), mmap=mmap)
-        offsets = torch.from_numpy(read("offsets", np.int64, (n + 1,)))
-        ids = torch.from_numpy(read("ids", np.int64, (n,)))
-        alive_u8 = read("alive", np.uint8, (n,))
+        with _atomic.reading(path):  # finishes an interrupted save; no save swaps the folder meanwhile
+            m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
+            n, t, d = (_arraydir.meta_int(m, key, path) for key in ("n_items", "n_tokens", "dim"))
+            if m.get("dtype") not in _DTYPES_BY_NAME or not isinstance(m.get("normalize"), bool) or d < 1:
+                raise StoreFormatError(f"{path / 'manifest.json'}: dtype, dim or normalize invalid")
+            dtype = _DTYPES_BY_NAME[m["dtype"]]
+            read = lambda name, dt, shape, **kw: _arraydir.read_array(path, m, name, dt, shape, verify=verify, **kw)  # noqa: E731
+            values = read("values", _DISK_NP[dtype], (t, d), mmap=mmap)
+            offsets = torch.from_numpy(read("offsets", np.int64, (n + 1,)))
+            ids = torch.from_numpy(read("ids", np.int64, (n,)))
+            alive_u8 = read("alive", np.uint8, (n,))
         if not np.isin(alive_u8, (0, 1)).all():
             raise StoreFormatError(f"{path / 'alive.bin'}: expected only 0/1 bytes")
         try:
@@ -335,6 +485,47 @@ class PackedStore:
         return store.to(device)
 
 
+def _positions(snap: StoreSnapshot, q: torch.Tensor, allow_deleted: bool, name: str) -> torch.Tensor:
+    """Positions of ids `q` in one snapshot; ValueError naming `name` for unknown/deleted ids."""
+    s, order = snap.lookup()
+    if q.numel() == 0:
+        return torch.empty(0, dtype=torch.int64, device=q.device)
+    if s.numel() == 0:
+        raise ValueError(f"{name}: id {int(q[0])} is not in the store (the store is empty)")
+    at = torch.searchsorted(s, q).clamp(max=s.numel() - 1)
+    found = s[at] == q
+    if not bool(found.all()):
+        raise ValueError(f"{name}: id {int(q[~found][0])} is not in the store")
+    pos = order[at]
+    if not allow_deleted:
+        live = snap.alive[pos]
+        if not bool(live.all()):
+            raise ValueError(f"{name}: id {int(q[~live][0])} was deleted")
+    return pos
+
+
+def _new_ids(snap: StoreSnapshot, ids, k: int, device: torch.device) -> torch.Tensor:
+    if ids is None:
+        if snap.next_id > _MAX_ID + 1 - k:
+            raise ValueError(f"ids: the next {k} default ids would pass the largest int64 id 2**63 - 1 "
+                             f"(the store holds ids up to {snap.next_id - 1}); pass ids= explicitly")
+        return torch.arange(snap.next_id, snap.next_id + k, dtype=torch.int64, device=device)
+    t = _as_id_tensor(ids, "ids").to(device)
+    if t.numel() != k:
+        raise ValueError(f"ids: expected {k} ids (one per item), got {t.numel()}")
+    if k and int(t.min()) < 0:
+        raise ValueError(f"ids: expected non-negative ids, got {int(t.min())}")
+    if torch.unique(t).numel() != k:
+        raise ValueError("ids: expected unique ids, got duplicates")
+    if k and snap.n_slots:
+        s, _ = snap.lookup()
+        at = torch.searchsorted(s, t).clamp(max=s.numel() - 1)
+        clash = s[at] == t
+        if bool(clash.any()):
+            raise ValueError(f"ids: id {int(t[clash][0])} is already in the store (deleted ids stay reserved until compact)")
+    return t
+
+
 def _as_id_tensor(ids, name: str) -> torch.Tensor:
     if isinstance(ids, torch.Tensor):
         if ids.dtype != torch.int64:
@@ -347,10 +538,16 @@ def _as_id_tensor(ids, name: str) -> torch.Tensor:
             arr = np.asarray(ids)
         except Exception as exc:
             raise TypeError(f"{name}: expected a sequence of ints ({exc})") from None
+        if arr.dtype == object and arr.ndim == 1 and all(
+                isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in arr.tolist()):
+            bad = next(int(x) for x in arr.tolist() if not -2**63 <= int(x) <= _MAX_ID)
+            raise ValueError(f"{name}: expected ids in the int64 range [0, 2**63 - 1], got {bad}")
         if arr.size and arr.dtype.kind not in "iu":
             raise TypeError(f"{name}: expected integers, got dtype {arr.dtype}")
         if arr.ndim > 1:
             raise ValueError(f"{name}: expected a flat sequence, got shape {arr.shape}")
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _MAX_ID:
+            raise ValueError(f"{name}: expected ids in the int64 range [0, 2**63 - 1], got {int(arr.max())}")
         return torch.as_tensor(arr.astype(np.int64).reshape(-1))
     raise TypeError(f"{name}: expected a torch.int64 tensor or a sequence of ints, got {type(ids).__name__}")
 

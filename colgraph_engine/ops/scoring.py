@@ -6,7 +6,15 @@ For a query with token vectors ``q_1..q_L`` and a document with token vectors ``
 
 accumulated in float32 whatever the input dtype (float32, float16, bfloat16). With
 ``normalize=True`` every token vector is first scaled to unit L2 norm (zero vectors stay zero),
-so each term is a cosine. Edge cases, by the same formula: an **empty document** (M = 0)
+so each term is a cosine. **Non-finite values** (NaN, +-inf) in queries or documents are
+rejected with ``ValueError`` naming the argument: every backend then computes the same
+function (the native kernel's max would otherwise drop a NaN the reference propagates). The
+check is one pass over the scored rows; a caller whose vectors are known finite (a
+:class:`~colgraph_engine.store.PackedStore` checks on entry) may skip it with
+``assume_finite=True``, and then non-finite input gives backend-dependent results. Tensors
+that require grad are rejected by the native and Triton backends (they compute no
+gradients); the torch backend keeps the autograd graph of :func:`maxsim` and
+:func:`maxsim_candidates`. Edge cases, by the same formula: an **empty document** (M = 0)
 scores ``-inf`` against any non-empty query (a max over nothing), so it ranks last; an
 **empty query** (L = 0) scores ``0`` against every document (a sum over nothing). Padding does
 not exist: items are packed (see :mod:`colgraph_engine.packed`), so nothing but real tokens
@@ -21,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import backend as _backend
-from ..packed import check_offsets, check_packed
+import numbers
+
+from ..packed import _all_finite, check_finite, check_no_grad, check_offsets, check_packed
 from . import reference
 
 
@@ -55,6 +65,12 @@ def _unit(values: torch.Tensor) -> torch.Tensor:
     return F.normalize(values.float(), dim=-1).to(values.dtype)
 
 
+# Rows normalised per step inside the top-k scan (elements): the normalised copy never holds
+# more than this many values, whatever the collection size (row-wise, so results are the same
+# as normalising everything first).
+NORMALIZE_BLOCK_ELEMS = 1 << 20
+
+
 def _check_pair(q_values, q_offsets, d_values, d_offsets):
     qv, qo = check_packed(q_values, q_offsets, "queries")
     xv, xo = check_packed(d_values, d_offsets, "docs")
@@ -72,13 +88,56 @@ def _check_bool(value, name):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
 
 
+def check_positive_int(value, name: str, *, allow_none: bool = False) -> int | None:
+    """An int >= 1 (numpy integers accepted); TypeError for other types, ValueError below 1."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int{' or None' if allow_none else ''}, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name}: expected {name} >= 1, got {int(value)}")
+    return int(value)
+
+
+def check_inputs(name: str, tensors, assume_finite: bool) -> None:
+    """Backend-dependent checks on validated inputs: `tensors` = ((tensor, argument name), ...)."""
+    for t, arg in tensors:
+        if name != "torch":
+            check_no_grad(t, arg, f"the {name} backend computes no gradients; or use backend='torch'")
+        if not assume_finite:
+            check_finite(t.detach(), arg)
+
+
+def _check_candidate_rows_finite(xv, xo, ci, arg: str) -> None:
+    """Finiteness of the rows of the listed documents only (never a pass over the whole store)."""
+    if ci.numel() == 0:
+        return
+    docs = torch.unique(ci)
+    starts, ends = xo[docs], xo[docs + 1]
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total >= xv.shape[0] // 2:
+        check_finite(xv.detach(), arg)
+        return
+    step = max(1, (1 << 22) // max(1, xv.shape[1]))  # rows gathered per step
+    first = torch.cumsum(lengths, 0) - lengths
+    for a in range(0, total, step):
+        r = torch.arange(a, min(total, a + step), device=xv.device)
+        owner = torch.searchsorted(first, r, right=True) - 1
+        rows = starts[owner] + (r - first[owner])
+        block = xv.detach()[rows]
+        if not _all_finite(block):
+            bad = int(rows[torch.nonzero(~torch.isfinite(block))[0, 0]])
+            raise ValueError(f"{arg}: expected finite values, found NaN or inf in row {bad}")
+
+
 # ------------------------------------------------------------------------------------------
 # Public operations
 # ------------------------------------------------------------------------------------------
 
 def maxsim(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
            docs_values: torch.Tensor, docs_offsets: torch.Tensor, *,
-           normalize: bool = False, backend: str | None = None) -> torch.Tensor:
+           normalize: bool = False, backend: str | None = None, assume_finite: bool = False) -> torch.Tensor:
     """Cross scores of every query against every document.
 
     Args:
@@ -88,13 +147,16 @@ def maxsim(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
         docs_offsets: ``[Nd+1]`` int64 offsets into `docs_values`.
         normalize: L2-normalise every token vector first.
         backend: ``"triton"``, ``"native"``, ``"torch"`` or None (automatic).
+        assume_finite: skip the NaN/inf check (the caller vouches that every value is finite).
 
     Returns:
         ``[Nq, Nd]`` float32 on the inputs' device: ``out[i, j] = MaxSim(query i, document j)``.
     """
     qv, qo, xv, xo = _check_pair(queries_values, queries_offsets, docs_values, docs_offsets)
     _check_bool(normalize, "normalize")
+    _check_bool(assume_finite, "assume_finite")
     name = _backend.resolve("maxsim", qv.device, backend)
+    check_inputs(name, ((qv, "queries_values"), (xv, "docs_values")), assume_finite)
     if normalize:
         qv, xv = _unit(qv), _unit(xv)
     return _cross_impl(name, qv, qo, xv, xo)
@@ -124,7 +186,8 @@ def check_candidates(cand_offsets, cand_ids, n_queries: int, n_docs: int, device
 def maxsim_candidates(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
                       docs_values: torch.Tensor, docs_offsets: torch.Tensor,
                       cand_offsets: torch.Tensor, cand_ids: torch.Tensor, *,
-                      normalize: bool = False, backend: str | None = None) -> torch.Tensor:
+                      normalize: bool = False, backend: str | None = None,
+                      assume_finite: bool = False) -> torch.Tensor:
     """Scores each query against its own candidate documents only (graph-restricted rerank).
 
     Query i's candidates are ``cand_ids[cand_offsets[i]:cand_offsets[i+1]]`` (CSR). Every listed
@@ -141,7 +204,12 @@ def maxsim_candidates(queries_values: torch.Tensor, queries_offsets: torch.Tenso
     qv, qo, xv, xo = _check_pair(queries_values, queries_offsets, docs_values, docs_offsets)
     co, ci = check_candidates(cand_offsets, cand_ids, qo.numel() - 1, xo.numel() - 1, qv.device)
     _check_bool(normalize, "normalize")
+    _check_bool(assume_finite, "assume_finite")
     name = _backend.resolve("maxsim_candidates", qv.device, backend)
+    check_inputs(name, ((qv, "queries_values"), (xv, "docs_values")), True)
+    if not assume_finite:  # only the listed documents' rows are read, so only those are checked
+        check_finite(qv.detach(), "queries_values")
+        _check_candidate_rows_finite(xv, xo, ci, "docs_values")
     if normalize:
         qv, xv = _unit(qv), _unit(xv)
     return _candidates_impl(name, qv, qo, xv, xo, co, ci)
@@ -160,9 +228,38 @@ def _merge_topk(best_s, best_i, best_dead, s, idx, dead, k):
     return out + ((d_all.gather(1, order),) if dead is not None else (None,))
 
 
+def _chunk_edges(xo: torch.Tensor, nd: int, chunk: int, max_rows: int | None) -> list[int]:
+    """Document indices where scan chunks start (ending with nd): at most `chunk` documents, and
+    at most `max_rows` rows unless one document alone is longer."""
+    if max_rows is None:
+        return list(range(0, nd, chunk)) + [nd]
+    off = xo.cpu()
+    edges, a = [0], 0
+    while a < nd:
+        b = int(torch.searchsorted(off, off[a] + max_rows, right=True)) - 1  # docs a..b-1 fit
+        b = min(nd, a + chunk, max(b, a + 1))
+        edges.append(b)
+        a = b
+    return edges
+
+
+def _normalized_block(xv: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Rows lo:hi of `xv` scaled to unit norm, bit for bit as :func:`_unit` (F.normalize in
+    float32, then the input dtype), with one float32 block of scratch at most."""
+    sub = xv[lo:hi]
+    denom = sub.float().norm(2, -1, keepdim=True).clamp_min(1e-12)  # F.normalize's denominator
+    if sub.dtype == torch.float32:
+        return sub / denom
+    return sub.float().div_(denom).to(sub.dtype)
+
+
 def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = None,
-              chunk_docs: int | None = None):
-    """Exact top-k by scanning documents in chunks (inputs validated). See :func:`maxsim_topk`."""
+              chunk_docs: int | None = None, normalize: bool = False):
+    """Exact top-k by scanning documents in chunks (inputs validated). See :func:`maxsim_topk`.
+
+    With `normalize`, `qv` is normalised once and the documents one chunk at a time (a chunk
+    then holds at most :data:`NORMALIZE_BLOCK_ELEMS` values unless one document alone is longer).
+    """
     nq, nd = qo.numel() - 1, xo.numel() - 1
     n_live = nd if alive is None else int(alive.sum())
     k = min(k, n_live)
@@ -172,12 +269,14 @@ def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = No
     best_dead = torch.empty((nq, 0), dtype=torch.bool, device=dev) if alive is not None else None
     if k == 0:
         return best_s, best_i
+    if normalize:
+        qv = _unit(qv)
     chunk = chunk_docs or max(1024, (1 << 24) // max(1, nq))
-    starts = list(range(0, nd, chunk)) + [nd]
+    max_rows = max(1, NORMALIZE_BLOCK_ELEMS // max(1, xv.shape[1])) if normalize else None
+    starts = _chunk_edges(xo, nd, chunk, max_rows)
     row_of = dict(zip(starts, xo[torch.tensor(starts, device=xo.device)].tolist()))  # only chunk edges
-    for a in starts[:-1]:
-        b = min(nd, a + chunk)
-        sub_x = xv[row_of[a]:row_of[b]]
+    for a, b in zip(starts[:-1], starts[1:]):
+        sub_x = _normalized_block(xv, row_of[a], row_of[b]) if normalize else xv[row_of[a]:row_of[b]]
         sub_o = xo[a:b + 1] - row_of[a]
         s = _cross_impl(name, qv, qo, sub_x, sub_o)
         idx = torch.arange(a, b, device=dev).expand(nq, -1)
@@ -192,11 +291,14 @@ def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = No
 def maxsim_topk(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
                 docs_values: torch.Tensor, docs_offsets: torch.Tensor, k: int, *,
                 alive: torch.Tensor | None = None, chunk_docs: int | None = None,
-                normalize: bool = False, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                normalize: bool = False, backend: str | None = None,
+                assume_finite: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-k documents per query by MaxSim, scanning the collection in chunks.
 
     Peak extra memory is one ``[Nq, chunk_docs]`` score block (plus the backend's own bounded
-    working set), whatever the number of documents.
+    working set), whatever the number of documents; with ``normalize=True`` the documents are
+    normalised chunk by chunk, in chunks of at most ``NORMALIZE_BLOCK_ELEMS`` values (never the
+    whole collection at once).
 
     Args:
         k: documents to return per query (int >= 1); clipped to the number of live documents.
@@ -209,12 +311,8 @@ def maxsim_topk(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
         ``k' = min(k, live documents)``. Equal scores are ordered by lower document index.
     """
     qv, qo, xv, xo = _check_pair(queries_values, queries_offsets, docs_values, docs_offsets)
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k: expected an int, got {type(k).__name__}")
-    if k <= 0:
-        raise ValueError(f"k: expected k >= 1, got {k}")
-    if chunk_docs is not None and (isinstance(chunk_docs, bool) or not isinstance(chunk_docs, int) or chunk_docs <= 0):
-        raise ValueError(f"chunk_docs: expected a positive int, got {chunk_docs!r}")
+    k = check_positive_int(k, "k")
+    chunk_docs = check_positive_int(chunk_docs, "chunk_docs", allow_none=True)
     nd = xo.numel() - 1
     if alive is not None:
         if not isinstance(alive, torch.Tensor) or alive.dtype != torch.bool:
@@ -222,10 +320,11 @@ def maxsim_topk(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
         if alive.shape != (nd,) or alive.device != qv.device:
             raise ValueError(f"alive: expected shape [{nd}] on {qv.device}, got {tuple(alive.shape)} on {alive.device}")
     _check_bool(normalize, "normalize")
+    _check_bool(assume_finite, "assume_finite")
     name = _backend.resolve("maxsim_topk", qv.device, backend)
-    if normalize:
-        qv, xv = _unit(qv), _unit(xv)
-    return topk_scan(qv, qo, xv, xo, k, name, alive, chunk_docs)
+    check_inputs(name, ((qv, "queries_values"), (xv, "docs_values")), assume_finite)
+    with torch.no_grad():  # a ranking: no gradient flows through top-k on any backend
+        return topk_scan(qv, qo, xv, xo, k, name, alive, chunk_docs, normalize)
 
 
 def pooled_scores(queries_values: torch.Tensor, queries_offsets: torch.Tensor,
