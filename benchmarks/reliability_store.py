@@ -189,7 +189,7 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(field)
 
 
-def _memory_child(normalize: bool, gib: float, dtype_name: str, nq: int) -> dict:
+def _memory_child(normalize: bool, gib: float, dtype_name: str, nq: int, legacy: bool = False) -> dict:
     dtype = getattr(torch, dtype_name)
     d, per_doc = 128, 32
     elem = torch.empty(0, dtype=dtype).element_size()
@@ -219,22 +219,29 @@ def _memory_child(normalize: bool, gib: float, dtype_name: str, nq: int) -> dict
     th = threading.Thread(target=sample)
     th.start()
     t0 = time.perf_counter()
-    cg.maxsim_topk(qv, qo, xv, xo, k=10, normalize=normalize)
+    if legacy and normalize:  # what maxsim_topk(normalize=True) did before: normalise everything, then scan
+        from colgraph_engine.ops import scoring
+        cg.maxsim_topk(scoring._unit(qv), qo, scoring._unit(xv), xo, k=10)
+    else:
+        cg.maxsim_topk(qv, qo, xv, xo, k=10, normalize=normalize)
     secs = time.perf_counter() - t0
     stop.set()
     th.join()
     hwm = _rss_kib("VmHWM") if reset else peak[0]
-    return dict(normalize=normalize, dtype=dtype_name, queries=nq, docs=n_docs, store_mib=round(xv.numel() * elem / 2**20, 1),
+    return dict(normalize=normalize, legacy=legacy, dtype=dtype_name, queries=nq, docs=n_docs, store_mib=round(xv.numel() * elem / 2**20, 1),
                 extra_mib=round((max(hwm, peak[0]) - base) / 1024, 1), seconds=round(secs, 3), hwm_reset=reset)
 
 
 def memory(gib: float = 1.0, dtypes=("float32", "bfloat16"), nqs=(1, 32)) -> list[dict]:
+    """Each row in a fresh process; ``legacy`` re-enacts the code before the fix (normalise the
+    whole collection, then scan)."""
     out = []
     for dt in dtypes:
         for nq in nqs:
-            for norm in (False, True):
+            for norm, legacy in ((False, False), (True, True), (True, False)):
                 r = subprocess.run([sys.executable, __file__, "memory-child", "--normalize", str(int(norm)), "--gib",
-                                    str(gib), "--dtype", dt, "--nq", str(nq)], capture_output=True, text=True, check=True)
+                                    str(gib), "--dtype", dt, "--nq", str(nq), "--legacy", str(int(legacy))],
+                                   capture_output=True, text=True, check=True)
                 out.append(json.loads(r.stdout.strip().splitlines()[-1]))
     return out
 
@@ -412,11 +419,12 @@ def main(argv=None) -> None:
     p.add_argument("--normalize", type=int, default=0)
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--nq", type=int, default=1)
+    p.add_argument("--legacy", type=int, default=0)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--seeds", type=int, default=3)
     a = p.parse_args(argv)
     if a.part == "memory-child":
-        print(json.dumps(_memory_child(bool(a.normalize), a.gib, a.dtype, a.nq)))
+        print(json.dumps(_memory_child(bool(a.normalize), a.gib, a.dtype, a.nq, bool(a.legacy))))
         return
     out = {}
     if a.part in ("all", "concurrency"):
