@@ -26,7 +26,8 @@ def score_all(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, ranker: st
     lo, hi = int(off[0]), int(off[-1])
     xv, xo = store.values[lo:hi], off - lo
     if ranker == "maxsim":
-        return ops.maxsim(as_store_dtype(qv, store), qo.to(store.device), xv, xo).cpu()
+        # store values were checked finite when added, queries when encoded (Encoder): skip the re-check
+        return ops.maxsim(as_store_dtype(qv, store), qo.to(store.device), xv, xo, assume_finite=True).cpu()
     return ops.pooled_scores(qv.float(), qo, xv.float(), xo).cpu()
 
 
@@ -39,7 +40,7 @@ def score_pairs(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, cand_off
     ci = torch.from_numpy(np.ascontiguousarray(cand_slots, np.int64))
     if ranker == "maxsim":
         return ops.maxsim_candidates(as_store_dtype(qv, store), qo.to(store.device), store.values, store.offsets,
-                                     co.to(store.device), ci.to(store.device)).cpu().numpy()
+                                     co.to(store.device), ci.to(store.device), assume_finite=True).cpu().numpy()
     # pooled: pool the queries and only the listed items (never the whole store)
     uniq, inv = np.unique(cand_slots, return_inverse=True)
     u = torch.from_numpy(uniq)
