@@ -11,14 +11,14 @@ import torch
 
 from .. import ops
 from ..ops import reference
-from ..store import PackedStore
+from .view import Vectors
 
 
-def as_store_dtype(qv: torch.Tensor, store: PackedStore) -> torch.Tensor:
+def as_store_dtype(qv: torch.Tensor, store: Vectors) -> torch.Tensor:
     return qv.to(device=store.device, dtype=store.dtype)
 
 
-def score_all(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, ranker: str, first: int = 0,
+def score_all(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, ranker: str, first: int = 0,
               last: int | None = None) -> torch.Tensor:
     """``[Nq, last - first]`` float32 scores of every query against slots ``first:last`` of `store`."""
     last = store.n_slots if last is None else last
@@ -31,7 +31,7 @@ def score_all(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, ranker: st
     return ops.pooled_scores(qv.float(), qo, xv.float(), xo).cpu()
 
 
-def score_pairs(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, cand_offsets: np.ndarray,
+def score_pairs(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, cand_offsets: np.ndarray,
                 cand_slots: np.ndarray, ranker: str) -> np.ndarray:
     """``[C]`` float32 scores of each query against its own candidate slots (CSR)."""
     if cand_slots.size == 0:
@@ -57,7 +57,7 @@ def score_pairs(store: PackedStore, qv: torch.Tensor, qo: torch.Tensor, cand_off
     return (qp[pair_owner] * xp[torch.from_numpy(inv.reshape(-1))]).sum(1).numpy()
 
 
-def cosine_pairs(store: PackedStore, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
+def cosine_pairs(store: Vectors, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
                  cand_slots: np.ndarray) -> np.ndarray:
     """``[C]`` cosine of each query's single vector ``qvec [Nq, d]`` with its candidate items of
     a one-vector-per-item store (``norms [N]``: the items' L2 norms)."""
@@ -70,7 +70,7 @@ def cosine_pairs(store: PackedStore, norms: np.ndarray, qvec: torch.Tensor, cand
     return np.where(n > 0, dots / np.maximum(n, 1e-30), 0.0).astype(np.float32)
 
 
-def item_norms(store: PackedStore) -> np.ndarray:
+def item_norms(store: Vectors) -> np.ndarray:
     """``[N]`` L2 norm of each item of a one-vector-per-item store (0 for an empty item)."""
     v = store.values.float()
     norms = torch.zeros(store.n_slots)

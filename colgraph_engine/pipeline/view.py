@@ -39,13 +39,33 @@ class StoreView:
         return np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
 
 
+@dataclass(frozen=True)
+class Vectors:
+    """One store's contents as the query path reads them: a single snapshot (values, offsets,
+    ids, alive taken together, so a concurrent writer can never mix versions), on one device."""
+    values: torch.Tensor   # [T, d]
+    offsets: torch.Tensor  # [N+1] int64
+    ids: torch.Tensor      # [N] int64
+    alive: torch.Tensor    # [N] bool
+
+    @classmethod
+    def of(cls, store, device) -> Vectors:
+        snap = store.snapshot()
+        return cls(*(t.to(device) for t in (snap.values, snap.offsets, snap.ids, snap.alive)))
+
+    n_slots = property(lambda self: int(self.ids.numel()))
+    dtype = property(lambda self: self.values.dtype)
+    device = property(lambda self: self.values.device)
+    dim = property(lambda self: int(self.values.shape[1]))
+
+
 class IndexView:
     """Arrays of the merged graph and its stores, for one assembled graph of `index`.
-    ``vectors`` are the index's stores on `device` (copies when that is not where they live)."""
+    ``vectors`` are one snapshot of each of the index's stores on `device`."""
 
     def __init__(self, index: KnowledgeIndex, device: str | torch.device = "cpu"):
         self.index = index
-        self.vectors = {name: st.to(device) for name, st in index.stores.items()}
+        self.vectors = {name: Vectors.of(st, device) for name, st in index.stores.items()}
         self.graph = index.graph
         g = self.graph
         self.node_kind = g.node_kind
@@ -59,9 +79,9 @@ class IndexView:
         self.numbers = np.asarray([index.doc_number(d) for d in self.doc_ids], np.int64)  # ascending
         self.doc_id_of = dict(zip(self.numbers.tolist(), self.doc_ids))
         self.node_first = np.searchsorted(self.node_doc, np.append(self.numbers, np.iinfo(np.int64).max))
-        self.stores = {name: self._store_view(name, st) for name, st in index.stores.items()}
+        self.stores = {name: self._store_view(name, v) for name, v in self.vectors.items()}
 
-    def _store_view(self, name, store) -> StoreView:
+    def _store_view(self, name, store: Vectors) -> StoreView:
         uids = store.ids.cpu().numpy()
         if not bool(store.alive.all()):
             raise ValueError(f"index store {name!r}: has deleted items (compact it first)")
