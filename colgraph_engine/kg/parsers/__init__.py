@@ -45,14 +45,17 @@ from .tuples import _parse_tuple
 
 DIALECTS = ("lightrag", "lightrag_json", "tuple", "mkg_mapping", "scene_graph")
 
-# Detection signals (counted per response; the dialect with most signals wins).
+# Detection signals (counted per response; the dialect with most signals wins). A line's leading
+# whitespace is ``[^\S\n]*``, not ``\s*``: the count is the same (the match would only start at
+# an earlier blank line), but no attempt runs on across the following lines, so blank lines
+# cost one step each instead of one step per remaining line.
 _LIGHTRAG_LINE = re.compile(
-    r"^\s*(?:[-*]\s+)?[\"']?(?:entity|relation|relationship)[\"']?\s*(?:" + _DELIM.pattern + ")",
+    r"^[^\S\n]*(?:[-*]\s+)?[\"']?(?:entity|relation|relationship)[\"']?\s*(?:" + _DELIM.pattern + ")",
     re.IGNORECASE | re.MULTILINE)
 _TUPLE_RECORD = re.compile(
     r"\(\s*[\"']?(?:entity|relationship|relation|content_keywords|mapping)[\"']?\s*(?:"
     + _DELIM.pattern + r"|\|)", re.IGNORECASE)
-_SCENE_LINE = re.compile(r"^\s*(?:[-*]\s+)?<\s*(?:object|relation)[-_ ]?\d+\s*>\s*:", re.IGNORECASE | re.MULTILINE)
+_SCENE_LINE = re.compile(r"^[^\S\n]*(?:[-*]\s+)?<\s*(?:object|relation)[-_ ]?\d+\s*>\s*:", re.IGNORECASE | re.MULTILINE)
 _JSON_KEYS = re.compile(r"\"(?:entities|relationships|relations)\"\s*:\s*\[")
 
 _PARSERS = {

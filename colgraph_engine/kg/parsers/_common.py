@@ -14,11 +14,20 @@ from ..records import (
 CURRENT_DELIMITER = "<|#|>"
 TUPLE_DELIMITER = "<|>"
 
+# Linear time by construction: every pattern in this package is written so that no two
+# unbounded quantifiers can share the same characters (a whitespace run is always followed by a
+# token that cannot be whitespace, and optional pieces carry their own whitespace), and no
+# pattern that starts with whitespace is tried at every offset of a whitespace run. Backtracking
+# then costs at most one step per character of the run a match attempt started next to, and each
+# run borders a bounded number of attempts. Where a record's shape needs a lazy field between
+# two delimiters (scene graphs), the line is cut with str methods instead of a regex.
+
 # Anything that looks like a field delimiter, including the corruptions models produce:
 # <|#|> <|#> <#|> <#> <<|#|>> (hash forms), <|> <||> <<|>> (pipe forms), and the hash form
 # with one bracket lost. Which spelling is "clean" depends on the dialect; the rest are repairs.
+# (``\s*(?:\|{1,2}\s*)?`` is ``\s*\|{0,2}\s*`` without its two adjacent whitespace runs.)
 _DELIM = re.compile(
-    r"<{1,2}\s*\|{0,2}\s*#{1,2}\s*\|{0,2}\s*>{1,2}"
+    r"<{1,2}\s*(?:\|{1,2}\s*)?#{1,2}\s*(?:\|{1,2}\s*)?>{1,2}"
     r"|<{1,2}\s*\|{1,2}\s*>{1,2}"
     r"|<\|#\|"
     r"|\|#\|>"
@@ -26,6 +35,21 @@ _DELIM = re.compile(
 _COMPLETE = re.compile(r"<\|?\s*COMPLETE\s*\|?>", re.IGNORECASE)
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w-]*[ \t]*$", re.MULTILINE)
 _BULLET = re.compile(r"^\s*(?:[-*]\s+)?")
+
+
+# Python refuses to convert longer digit strings (sys.get_int_max_str_digits, default 4300)
+# and converts shorter ones in quadratic time; an index past this is reported, not converted.
+_MAX_INDEX_DIGITS = 4300
+
+
+def _index(digits: str) -> int | None:
+    """The integer an index's digits spell, or ``None`` when it is too long to be an index."""
+    if len(digits) > _MAX_INDEX_DIGITS:
+        return None
+    try:
+        return int(digits)
+    except ValueError:  # a lower interpreter limit (sys.set_int_max_str_digits)
+        return None
 
 
 def _check_args(text: object, strict: object) -> None:

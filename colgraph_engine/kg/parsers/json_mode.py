@@ -5,7 +5,7 @@ import json
 import re
 
 from ..records import ParseResult, Position
-from ._common import _Collector
+from ._common import _MAX_INDEX_DIGITS, _Collector
 
 
 def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
@@ -22,21 +22,25 @@ def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
     relations = data.get("relationships", data.get("relations", []))
     for key, items in (("entities", entities), ("relationships", relations)):
         if not isinstance(items, list):
-            col.reject(pos0, "wrong JSON shape", json.dumps(items)[:200], f"{key!r} must be a list")
+            col.reject(pos0, "wrong JSON shape", _dumps(items, ensure_ascii=True)[:200], f"{key!r} must be a list")
     if isinstance(entities, list):
         for i, item in enumerate(entities):
-            fields = _json_fields(col, (i, start), item, ("name", "type", "description"), ())
+            raw = _dumps(item)
+            if not isinstance(item, dict):  # (the check _json_fields would make, without the call)
+                col.reject((i, start), "wrong JSON shape", raw, f"expected an object, got {type(item).__name__}")
+                continue
+            fields = _json_fields(col, (i, start), item, raw, ("name", "type", "description"), ())
             if fields is not None:
-                col.add_entity((i, start), json.dumps(item, ensure_ascii=False), *fields)
+                col.add_entity((i, start), raw, *fields)
     if isinstance(relations, list):
         for i, item in enumerate(relations):
-            pos, raw = (i, start), json.dumps(item, ensure_ascii=False)
-            fields = _json_fields(col, pos, item, ("source", "target", "description"), ("keywords",))
+            pos, raw = (i, start), _dumps(item)
+            fields = _json_fields(col, pos, item, raw, ("source", "target", "description"), ("keywords",))
             if fields is None:
                 continue
             weight = None
             if isinstance(item, dict) and item.get("weight") is not None:
-                weight = col.number(str(item["weight"]), pos, raw, "weight")
+                weight = col.number(_text(item["weight"]), pos, raw, "weight")
                 if weight is None:
                     continue
             source, target, description, keywords = fields
@@ -56,14 +60,50 @@ def _find_json(text: str) -> tuple[int, object, str | None]:
         candidate = text[start:end + 1]
     start += len(candidate) - len(candidate.lstrip())
     try:
-        return start, json.loads(candidate), None
+        return start, json.loads(candidate, parse_int=_parse_int), None
     except json.JSONDecodeError as exc:
         return start, None, str(exc)
+    except RecursionError:
+        return start, None, "nested too deeply"
 
 
-def _json_fields(col: _Collector, pos: Position, item: object, required: tuple[str, ...],
+def _parse_int(digits: str) -> int | float:
+    """JSON integers as ``json`` reads them, except that one too long for ``int()`` (Python's
+    digit limit, and quadratic below it) becomes the float it spells (``inf`` past 1e308):
+    the record holding it is judged by the usual checks instead of the whole response failing."""
+    if len(digits) - digits.startswith("-") <= _MAX_INDEX_DIGITS:
+        try:
+            return int(digits)
+        except ValueError:  # a lower interpreter limit (sys.set_int_max_str_digits)
+            pass
+    return float(digits)
+
+
+def _text(value: object) -> str:
+    """``str(value)``, or the type's name where that would exceed the recursion limit."""
+    try:
+        return str(value)
+    except RecursionError:
+        return f"<{type(value).__name__}>"
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
+
+
+def _dumps(value: object, ensure_ascii: bool = False) -> str:
+    """``json.dumps`` for the raw text of an issue; never raises (depth, odd values)."""
+    try:
+        if ensure_ascii:
+            return json.dumps(value)
+        if type(value) is int:  # the common malformed item; what json.dumps writes, without its set-up
+            return int.__repr__(value)
+        return _ENCODE(value)
+    except (RecursionError, ValueError, TypeError):
+        return f"<{type(value).__name__}>"
+
+
+def _json_fields(col: _Collector, pos: Position, item: object, raw: str, required: tuple[str, ...],
                  optional: tuple[str, ...]) -> list[str] | None:
-    raw = json.dumps(item, ensure_ascii=False)
     if not isinstance(item, dict):
         col.reject(pos, "wrong JSON shape", raw, f"expected an object, got {type(item).__name__}")
         return None

@@ -5,7 +5,8 @@ import re
 
 from ..records import MappingRecord, ParseResult, Position, clean_field, normalize_name
 from ._common import (
-    TUPLE_DELIMITER, _blank_fences, _Collector, _cut_at_completion, _kind, _looks_numeric, _split_fields,
+    _MAX_INDEX_DIGITS, TUPLE_DELIMITER, _blank_fences, _Collector, _cut_at_completion, _index, _kind, _looks_numeric,
+    _split_fields,
 )
 
 _REF = re.compile(r"^<\s*(?:(image)|(object|relation)[-_ ]?(\d+))\s*>$", re.IGNORECASE)
@@ -102,7 +103,10 @@ def _mapping(col: _Collector, pos: Position, raw: str, rest: list[str]) -> None:
         col.reject(pos, "bad region reference", raw, f"expected <image>, <object-N> or <relation-N>, got {clean_field(rest[0])!r}")
         return
     kind = "image" if ref.group(1) else ref.group(2).lower()
-    index = None if kind == "image" else int(ref.group(3))
+    index = None if kind == "image" else _index(ref.group(3))
+    if kind != "image" and index is None:
+        col.reject(pos, "index too large", raw, f"more than {_MAX_INDEX_DIGITS} digits in {kind} index")
+        return
     want = 5 if kind == "relation" else 4
     if len(rest) + 1 != want:
         col.reject(pos, "wrong field count", raw, f"{kind} mapping needs {want} fields, got {len(rest) + 1}")
