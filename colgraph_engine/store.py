@@ -429,7 +429,11 @@ class PackedStore:
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Writes the store to directory `path` atomically (replacing any previous version)."""
+        """Writes the store to directory `path` atomically (replacing any previous version).
+
+        Raises ValueError naming `path` when it is a non-empty folder that holds no store:
+        nothing else is ever deleted. Concurrent saves of one path all succeed (the last wins).
+        """
         arrays = {
             "values": _to_disk(self.values),
             "offsets": self._offsets.cpu().numpy(),
@@ -451,17 +455,17 @@ class PackedStore:
                 are always checked.
         """
         path = Path(path)
-        _atomic.recover(path)
-        m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
-        n, t, d = (_arraydir.meta_int(m, key, path) for key in ("n_items", "n_tokens", "dim"))
-        if m.get("dtype") not in _DTYPES_BY_NAME or not isinstance(m.get("normalize"), bool) or d < 1:
-            raise StoreFormatError(f"{path / 'manifest.json'}: dtype, dim or normalize invalid")
-        dtype = _DTYPES_BY_NAME[m["dtype"]]
-        read = lambda name, dt, shape, **kw: _arraydir.read_array(path, m, name, dt, shape, verify=verify, **kw)  # noqa: E731
-        values = read("values", _DISK_NP[dtype], (t, d), mmap=mmap)
-        offsets = torch.from_numpy(read("offsets", np.int64, (n + 1,)))
-        ids = torch.from_numpy(read("ids", np.int64, (n,)))
-        alive_u8 = read("alive", np.uint8, (n,))
+        with _atomic.reading(path):  # finishes an interrupted save; no save swaps the folder meanwhile
+            m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
+            n, t, d = (_arraydir.meta_int(m, key, path) for key in ("n_items", "n_tokens", "dim"))
+            if m.get("dtype") not in _DTYPES_BY_NAME or not isinstance(m.get("normalize"), bool) or d < 1:
+                raise StoreFormatError(f"{path / 'manifest.json'}: dtype, dim or normalize invalid")
+            dtype = _DTYPES_BY_NAME[m["dtype"]]
+            read = lambda name, dt, shape, **kw: _arraydir.read_array(path, m, name, dt, shape, verify=verify, **kw)  # noqa: E731
+            values = read("values", _DISK_NP[dtype], (t, d), mmap=mmap)
+            offsets = torch.from_numpy(read("offsets", np.int64, (n + 1,)))
+            ids = torch.from_numpy(read("ids", np.int64, (n,)))
+            alive_u8 = read("alive", np.uint8, (n,))
         if not np.isin(alive_u8, (0, 1)).all():
             raise StoreFormatError(f"{path / 'alive.bin'}: expected only 0/1 bytes")
         try:

@@ -174,7 +174,9 @@ void KnowledgeGraph::set_aliases(const int64_t* group_of) {
   const int64_t n = n_nodes();
   int64_t n_groups = 0;
   for (int64_t v = 0; v < n; ++v) {
-    if (group_of[v] < -1 || group_of[v] >= kInt32Max) throw std::invalid_argument(at("alias_group", v) + ": expected a group id in [0, 2^31) or -1");
+    // bounded by the node count too: the group table is sized by the largest id (Python renumbers densely)
+    if (group_of[v] < -1 || group_of[v] >= kInt32Max || group_of[v] >= n)
+      throw std::invalid_argument(at("alias_group", v) + ": expected a group id in [0, min(n_nodes, 2^31 - 1)) or -1");
     n_groups = std::max(n_groups, group_of[v] + 1);
   }
   std::vector<int64_t> offsets(n_groups + 1, 0), members;

@@ -192,7 +192,7 @@ def test_crash_while_writing_keeps_previous_version(tmp_path, monkeypatch):
     assert PackedStore.load(path).n_slots == old.n_slots
 
 
-def test_crash_between_the_two_renames_is_recovered(tmp_path, monkeypatch):
+def test_crash_between_the_two_renames_rolls_forward(tmp_path, monkeypatch):
     path = tmp_path / "st"
     old = make_store()
     old.save(path)
@@ -210,9 +210,12 @@ def test_crash_between_the_two_renames_is_recovered(tmp_path, monkeypatch):
         new.save(path)
     monkeypatch.undo()
     assert not path.exists()
-    assert PackedStore.load(path).n_slots == old.n_slots  # recovered from the backup
-    new.save(path)
+    # the journal written before the renames is the commit point: recovery completes the
+    # replace with the new version, complete on disk, and never goes back to an older one
     assert PackedStore.load(path).n_slots == new.n_slots
+    assert [p.name for p in path.parent.iterdir()] == ["st"]  # journal and backup gone
+    old.save(path)
+    assert PackedStore.load(path).n_slots == old.n_slots
 
 
 def test_constructor_rejects_bad_arguments():

@@ -193,10 +193,19 @@ class KnowledgeGraph:
 
     # -- aliases --------------------------------------------------------------------------
     def set_aliases(self, group_of) -> None:
-        """Sets the alias table: ``group_of[v] >= 0`` is v's group, -1 means no alias."""
+        """Sets the alias table: ``group_of[v] >= 0`` is v's group, -1 means no alias.
+
+        Group ids are labels: they are renumbered densely in ascending order (0, 1, ... for the
+        distinct ids given), so :attr:`alias_of` holds ids below ``n_nodes`` and the group table
+        never grows with the size of an id (identity for ids that are already dense)."""
         groups = _as_int_array(group_of, "group_of", self.n_nodes)
         if groups.size and (groups.min() < -1 or groups.max() >= 2**31 - 1):
             raise ValueError(f"group_of: expected group ids in [0, 2^31 - 1) or -1, got {int(groups[(groups < -1) | (groups >= 2**31 - 1)][0])}")
+        member = groups >= 0
+        if member.any() and int(groups.max()) >= self.n_nodes:
+            dense = groups.copy()
+            dense[member] = np.unique(groups[member], return_inverse=True)[1]
+            groups = dense
         self._impl.set_aliases(groups)
 
     def set_aliases_from_names(self, kinds: Iterable[int] | None = (NodeKind.ENTITY,)) -> int:
@@ -408,7 +417,8 @@ class KnowledgeGraph:
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Writes topology, attributes, aliases and names to directory `path`, atomically."""
+        """Writes topology, attributes, aliases and names to directory `path`, atomically.
+        Raises ValueError naming `path` when it is a non-empty folder that holds no graph."""
         src, dst = self.edges()
         arrays = {"node_kind": self.node_kind, "node_doc": self.node_doc, "node_weight": self.node_weight,
                   "src": src, "dst": dst, "edge_kind": self.edge_kind, "edge_weight": self.edge_weight,
@@ -424,7 +434,11 @@ class KnowledgeGraph:
     def load(cls, path: str | os.PathLike, *, verify: bool = True, backend: str | None = None) -> KnowledgeGraph:
         """Reads a graph written by :meth:`save`; a damaged directory raises FormatError."""
         path = Path(path)
-        _atomic.recover(path)
+        with _atomic.reading(path):  # finishes an interrupted save; no save swaps the folder meanwhile
+            return cls._load(path, verify=verify, backend=backend)
+
+    @classmethod
+    def _load(cls, path: Path, *, verify: bool, backend: str | None) -> KnowledgeGraph:
         m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
         n, e = _arraydir.meta_int(m, "n_nodes", path), _arraydir.meta_int(m, "n_edges", path)
         read = lambda name, dt, shape: _arraydir.read_array(path, m, name, dt, shape, verify=verify)  # noqa: E731
@@ -444,7 +458,11 @@ class KnowledgeGraph:
                                 node_weight=read("node_weight", np.float32, (n,)),
                                 edge_kind=read("edge_kind", np.uint8, (e,)),
                                 edge_weight=read("edge_weight", np.float32, (e,)), node_names=names, backend=backend)
-            g.set_aliases(read("alias_of", np.int64, (n,)))
+            alias_of = read("alias_of", np.int64, (n,))
+            if n and int(alias_of.max()) >= n:  # save() writes dense ids; a larger one is crafted
+                raise _arraydir.FormatError(f"{path / 'alias_of.bin'}: alias group id {int(alias_of.max())} "
+                                            f"is not below the node count {n}")
+            g.set_aliases(alias_of)
         except _arraydir.FormatError:
             raise
         except (ValueError, TypeError) as exc:
