@@ -18,6 +18,17 @@ lock on ``.lock`` (``flock``) for the whole change, and a change is refused with
 :class:`IndexConflictError` when another writer holds it or when the manifest's generation is
 not the one this object read (someone else committed since): nothing is overwritten unseen.
 
+Readers (:meth:`KnowledgeIndex.open`) hold a shared ``flock`` on the index folder itself while
+they read the manifest and then its parts, so they see one committed generation whole. A writer
+deletes the parts its new manifest no longer names only when it can take that lock exclusively
+without waiting; while a reader holds it, the old parts stay (a later commit removes them), and a
+writer never waits for readers. Where the file system has no ``flock``, a reader whose parts
+vanish retries with the new manifest when its generation changed.
+
+The manifest is untrusted input: part names must be plain folder names (letters, digits,
+``._-``, not starting with a dot: no separators, no ``..``, not absolute), document numbers stay
+below 2^31 and counts are bounded; anything else raises :class:`IndexFormatError`.
+
 In memory, the documents' graphs are kept per document and the vectors in one
 :class:`~colgraph_engine.store.PackedStore` per store, keyed by a stable item id
 ``uid = doc_number << 32 | local_id`` (node ids; relation edges use edge ids). The merged
@@ -30,9 +41,11 @@ re-extracted or re-encoded.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -145,6 +158,7 @@ class KnowledgeIndex:
             raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
         index = cls(encoders, dtype=dtype, dims=dims)
         if overwrite and path.exists():
+            _check_replaceable(path)
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
@@ -163,15 +177,28 @@ class KnowledgeIndex:
             verify: check every file's sha256 (sizes, shapes and structure are always checked).
 
         Raises ``FormatError`` (a ValueError) when the directory is missing, truncated, tampered
-        with or inconsistent.
+        with or inconsistent. Concurrent commits never make it fail: it reads one generation
+        whole (see the module docstring).
         """
         path = _as_dir(path)
-        m = _read_manifest(path)
+        if encoders is not None and not isinstance(encoders, Encoders):
+            raise TypeError(f"encoders: expected Encoders or None, got {type(encoders).__name__}")
+        for attempt in range(_OPEN_ATTEMPTS):
+            with _readers_lock(path, exclusive=False, wait=True) as locked:
+                m = _read_manifest(path)
+                try:
+                    return cls._open_manifest(path, m, encoders, verify=verify, progress=progress)
+                except (IndexFormatError, OSError):
+                    if locked or attempt == _OPEN_ATTEMPTS - 1 or _generation_on_disk(path) == m["generation"]:
+                        raise  # damaged, not replaced underneath
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open_manifest(cls, path: Path, m: dict, encoders: Encoders | None, *, verify: bool,
+                       progress: bool) -> KnowledgeIndex:
         dtype = _DTYPES_BY_NAME[m["dtype"]]
         dims = m["dims"]
         if encoders is not None:
-            if not isinstance(encoders, Encoders):
-                raise TypeError(f"encoders: expected Encoders or None, got {type(encoders).__name__}")
             if encoders.describe() != m["encoders"]:
                 raise ValueError(f"encoders: the index was built with {m['encoders']}, got {encoders.describe()}")
         index = cls(encoders, dtype=dtype, dims=dims)
@@ -213,6 +240,7 @@ class KnowledgeIndex:
         if (path / "manifest.json").exists() and not overwrite:
             raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
         if overwrite and path.exists():
+            _check_replaceable(path)
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         old = self.path, self._parts, self._generation
@@ -529,7 +557,9 @@ class KnowledgeIndex:
         self._generation += 1
         self._parts = parts
         self._next_number = next_number
-        _remove_unlisted_parts(self.path, parts)
+        with _readers_lock(self.path, exclusive=True, wait=False) as locked:
+            if locked:  # no reader can still be reading an older manifest's parts
+                _remove_unlisted_parts(self.path, parts)
 
     def _assemble(self) -> _Assembly:
         if self._assembly is not None:
@@ -573,6 +603,58 @@ def _kind_counts(g: DocumentGraph) -> dict[str, int]:
 
 # -- files --------------------------------------------------------------------------------------
 
+_OPEN_ATTEMPTS = 8
+_PART_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_MAX_DIM = 1 << 20
+
+
+@contextlib.contextmanager
+def _readers_lock(path: Path, *, exclusive: bool, wait: bool):
+    """``flock`` on the index folder itself. Yields True when held; False when it is not (a
+    writer asking without waiting while readers read, or a file system without flock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # missing folder: the manifest reader reports it
+        yield False
+        return
+    try:
+        flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, flags)
+            held = True
+        except BlockingIOError:
+            held = False
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            held = False
+        yield held
+    finally:
+        os.close(fd)
+
+
+def _generation_on_disk(path: Path):
+    try:
+        return _read_manifest(path)["generation"]
+    except (IndexFormatError, OSError):
+        return None
+
+
+def _check_replaceable(path: Path) -> None:
+    """Overwriting may delete `path` only when it is an empty folder or holds an index."""
+    if not path.is_dir() or path.is_symlink():
+        raise ValueError(f"path: {path} exists and is not a folder; refusing to replace it")
+    if not any(path.iterdir()):
+        return
+    try:
+        m = _arraydir.loads_bounded((path / "manifest.json").read_text(encoding="utf-8"), path / "manifest.json")
+    except (OSError, UnicodeDecodeError, IndexFormatError):
+        m = None
+    if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
+        raise ValueError(f"path: {path} is a non-empty folder that holds no knowledge index; refusing to delete it "
+                         f"(remove it yourself or choose another path)")
+
+
 def _part_sha(path: Path) -> str | None:
     mf = path / "manifest.json"
     return _atomic.sha256_file(mf) if mf.is_file() else None
@@ -607,18 +689,25 @@ def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
 def _read_manifest(path: Path) -> dict:
     mf = path / "manifest.json"
     m = _arraydir.read_versioned_json(path, INDEX_FORMAT, INDEX_VERSION)
+    def count(x, top=_arraydir.MAX_COUNT):
+        return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= top
+
     ok = (m.get("dtype") in _DTYPES_BY_NAME and isinstance(m.get("dims"), dict)
-          and all(s in STORES and isinstance(d, int) and not isinstance(d, bool) and d > 0 for s, d in m["dims"].items())
+          and all(s in STORES and count(d, _MAX_DIM) and d > 0 for s, d in m["dims"].items())
           and isinstance(m.get("encoders"), dict) and isinstance(m.get("parts"), dict)
           and all(isinstance(h, str) for h in m["parts"].values())
-          and isinstance(m.get("documents"), list) and isinstance(m.get("generation"), int)
-          and isinstance(m.get("next_doc_number"), int))
+          and isinstance(m.get("documents"), list) and count(m.get("generation"))
+          and count(m.get("next_doc_number"), MAX_DOC_NUMBER + 1))
     if ok:
+        bad = [p for p in m["parts"] if not _PART_NAME.fullmatch(p)]
+        if bad:  # checked here, once, so no caller can be led outside parts/
+            raise IndexFormatError(f"{mf}: part name {bad[0][:80]!r} is not a plain folder name "
+                                   f"(letters, digits, '._-', no leading dot, at most 128 characters)")
         numbers, ids = set(), set()
         for d in m["documents"]:
-            if not (isinstance(d, dict) and isinstance(d.get("doc_id"), str) and isinstance(d.get("number"), int)
-                    and 0 <= d["number"] < m["next_doc_number"] and d.get("part") in m["parts"]
-                    and isinstance(d.get("nodes"), int) and isinstance(d.get("edges"), int)
+            if not (isinstance(d, dict) and isinstance(d.get("doc_id"), str) and count(d.get("number"))
+                    and d["number"] < m["next_doc_number"] and d.get("part") in m["parts"]
+                    and count(d.get("nodes")) and count(d.get("edges"))
                     and d["number"] not in numbers and d["doc_id"] not in ids):
                 ok = False
                 break
