@@ -139,9 +139,9 @@ def test_topk_normalize_normalises_chunk_by_chunk(monkeypatch):
     sizes = []
     real = scoring._normalized_block
 
-    def spy(x, lo, hi):
+    def spy(x, lo, hi, scratch):
         sizes.append(hi - lo)
-        return real(x, lo, hi)
+        return real(x, lo, hi, scratch)
 
     monkeypatch.setattr(scoring, "_normalized_block", spy)
     for dtype in (torch.float32, torch.bfloat16):
@@ -157,7 +157,12 @@ def test_topk_normalize_normalises_chunk_by_chunk(monkeypatch):
 def test_normalized_block_is_bit_identical_to_unit(dtype):
     x = (torch.randn(300, 24) * 5).to(dtype)
     x[7] = 0
-    assert torch.equal(scoring._normalized_block(x, 0, 300), scoring._unit(x))
+    assert torch.equal(scoring._normalized_block(x, 0, 300, {}), scoring._unit(x))
+    # blocks reuse one scratch buffer: a later, smaller block gives its own rows, unmixed
+    scratch = {}
+    first = scoring._normalized_block(x, 0, 300, scratch).clone()
+    assert torch.equal(first, scoring._unit(x))
+    assert torch.equal(scoring._normalized_block(x, 100, 150, scratch), scoring._unit(x)[100:150])
 
 
 # -- bad input ---------------------------------------------------------------------------------

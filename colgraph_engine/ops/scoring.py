@@ -68,7 +68,7 @@ def _unit(values: torch.Tensor) -> torch.Tensor:
 # Rows normalised per step inside the top-k scan (elements): the normalised copy never holds
 # more than this many values, whatever the collection size (row-wise, so results are the same
 # as normalising everything first).
-NORMALIZE_BLOCK_ELEMS = 1 << 20
+NORMALIZE_BLOCK_ELEMS = 1 << 19
 
 
 def _check_pair(q_values, q_offsets, d_values, d_offsets):
@@ -243,14 +243,25 @@ def _chunk_edges(xo: torch.Tensor, nd: int, chunk: int, max_rows: int | None) ->
     return edges
 
 
-def _normalized_block(xv: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+def _normalized_block(xv: torch.Tensor, lo: int, hi: int, scratch: dict) -> torch.Tensor:
     """Rows lo:hi of `xv` scaled to unit norm, bit for bit as :func:`_unit` (F.normalize in
-    float32, then the input dtype), with one float32 block of scratch at most."""
+    float32, then the input dtype). The result lives in buffers kept in `scratch` and reused by
+    the next block, so a scan allocates them once (repeated large allocations fragment the heap
+    and raise the peak far past one block)."""
     sub = xv[lo:hi]
-    denom = sub.float().norm(2, -1, keepdim=True).clamp_min(1e-12)  # F.normalize's denominator
-    if sub.dtype == torch.float32:
-        return sub / denom
-    return sub.float().div_(denom).to(sub.dtype)
+    n = sub.numel()
+    if scratch.get("f32") is None or scratch["f32"].numel() < n:
+        scratch["f32"] = torch.empty(n, dtype=torch.float32, device=xv.device)
+        scratch["out"] = None if xv.dtype == torch.float32 else torch.empty(n, dtype=xv.dtype, device=xv.device)
+    f32 = scratch["f32"][:n].view_as(sub)
+    f32.copy_(sub)
+    denom = f32.norm(2, -1, keepdim=True).clamp_min(1e-12)  # F.normalize's denominator
+    f32.div_(denom)
+    if scratch["out"] is None:
+        return f32
+    out = scratch["out"][:n].view_as(sub)
+    out.copy_(f32)
+    return out
 
 
 def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = None,
@@ -275,8 +286,9 @@ def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = No
     max_rows = max(1, NORMALIZE_BLOCK_ELEMS // max(1, xv.shape[1])) if normalize else None
     starts = _chunk_edges(xo, nd, chunk, max_rows)
     row_of = dict(zip(starts, xo[torch.tensor(starts, device=xo.device)].tolist()))  # only chunk edges
+    scratch: dict = {}
     for a, b in zip(starts[:-1], starts[1:]):
-        sub_x = _normalized_block(xv, row_of[a], row_of[b]) if normalize else xv[row_of[a]:row_of[b]]
+        sub_x = _normalized_block(xv, row_of[a], row_of[b], scratch) if normalize else xv[row_of[a]:row_of[b]]
         sub_o = xo[a:b + 1] - row_of[a]
         s = _cross_impl(name, qv, qo, sub_x, sub_o)
         idx = torch.arange(a, b, device=dev).expand(nq, -1)
