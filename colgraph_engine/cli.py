@@ -62,7 +62,7 @@ def print_result(r, out=None, *, context_chars: int = 1200) -> None:
     w = lambda s="": print(s, file=out)  # noqa: E731
     q = r.query
     w(f"Q: {q.question}" + (f"   [query image; caption: {q.caption!r}]" if q.image is not None else ""))
-    w(f"  1 recall ({'+'.join(r.recall_sides)}): " + ", ".join(f"{d} {s:.3f}" for d, s in r.documents[:5]))
+    w(f"  1 recall ({'+'.join(r.recall_sides)}): " + ", ".join(f"{d} {s:.4f}" for d, s in r.documents[:5]))
     w(f"  3 seeds: entities {r.seed_entities[:6]}  relations {[f'{a} - {b}' for a, b in r.seed_relations[:3]]}")
     c = r.counts
     w(f"  4 expansion: {c['expand']['nodes']} nodes, {c['expand']['relations']} relations kept "
