@@ -100,7 +100,7 @@ from tqdm import tqdm  # noqa: E402
 import colgraph_engine as cg  # noqa: E402
 from colgraph_engine.encoders import Encoder, HashingTextEncoder  # noqa: E402
 from colgraph_engine.graph.kinds import NodeKind  # noqa: E402
-from colgraph_engine.kg import DocumentInput, Encoders, ImageInput, KnowledgeIndex, Segment  # noqa: E402
+from colgraph_engine.kg import DocumentInput, Encoders, KnowledgeIndex  # noqa: E402
 from colgraph_engine.kg.document import build_document_graph  # noqa: E402
 from colgraph_engine.kg.vectors import ItemVectors, encode_document  # noqa: E402
 from colgraph_engine.pipeline import STAGES, Pipeline, PipelineConfig  # noqa: E402
@@ -108,12 +108,12 @@ from colgraph_engine.pipeline.query import as_query  # noqa: E402
 
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-from pipeline_report import KEYWORDS, OBJECTS, PREDICATES, TYPES, VOCAB, _name, shared_names  # noqa: E402
+from pipeline_report import shared_names  # noqa: E402
+from pipeline_report import make_document as _cpu_document  # noqa: E402
 
 TIMED = STAGES + ("results",)
 SPACE = "synthetic-li"
 DIM = 128
-N_SEGMENTS, N_ENTITIES, N_RELATIONS, N_SHARED_PER_DOC = 5, 10, 10, 2
 TARGET_P50_MS, TARGET_QPS_64 = 10.0, 1000.0
 
 # ------------------------------------------------------------------------------------------
@@ -141,72 +141,9 @@ def make_encoders() -> tuple[Encoders, Encoders]:
 # ------------------------------------------------------------------------------------------
 
 def make_document(number: int, shared: list[str], n_images: int, seed: int = 0) -> DocumentInput:
-    """Document ``doc-{number:06d}`` (see the module docstring); images have no pixels."""
-    rng = random.Random(f"gpu-doc-{seed}-{number}")
-    names: list[str] = []
-    seen = set()
-    for name in rng.sample(shared, N_SHARED_PER_DOC):
-        names.append(name)
-        seen.add(name.lower())
-    while len(names) < N_ENTITIES:
-        name = _name(rng)
-        if name.lower() not in seen:
-            seen.add(name.lower())
-            names.append(name)
-    rng.shuffle(names)
-    types = [rng.choice(TYPES) for _ in names]
-    seg_of = [i % N_SEGMENTS for i in range(N_ENTITIES)]
-    pairs = set()
-    while len(pairs) < N_RELATIONS:
-        a, b = rng.sample(range(N_ENTITIES), 2)
-        if (b, a) not in pairs:
-            pairs.add((a, b))
-    relations = sorted(pairs)
-    records = [[] for _ in range(N_SEGMENTS)]
-    mentions = [[] for _ in range(N_SEGMENTS)]
-    for i, name in enumerate(names):
-        desc = f"{name} is a {types[i]} " + " ".join(rng.choices(VOCAB, k=8)) + "."
-        records[seg_of[i]].append(f"entity<|#|>{name}<|#|>{types[i]}<|#|>{desc}")
-        mentions[seg_of[i]].append(name)
-    for a, b in relations:
-        s = max(seg_of[a], seg_of[b])
-        kw = rng.choice(KEYWORDS)
-        desc = f"{names[a]} {kw} {names[b]} " + " ".join(rng.choices(VOCAB, k=6)) + "."
-        records[s].append(f"relation<|#|>{names[a]}<|#|>{names[b]}<|#|>{kw}, {rng.choice(KEYWORDS)}<|#|>{desc}")
-        mentions[s] += [names[a], names[b]]
-    images = []
-    for j in range(n_images):
-        n_obj = rng.randint(2, 3)
-        objs = rng.sample(OBJECTS, n_obj)
-        boxes = []
-        for _ in objs:
-            x1, y1 = rng.uniform(0, 0.5), rng.uniform(0, 0.5)
-            boxes.append((x1, y1, x1 + rng.uniform(0.2, 0.5), y1 + rng.uniform(0.2, 0.5)))
-        scene = [f"<object-{k + 1}>: {o}, ({b[0]:.2f}, {b[1]:.2f}, {b[2]:.2f}, {b[3]:.2f})"
-                 for k, (o, b) in enumerate(zip(objs, boxes))]
-        scene.append(f"<relation-1>: <object-1> {rng.choice(PREDICATES)} <object-2>")
-        a, b = rng.choice(relations)
-        depicted = [a, b] + rng.sample([e for e in range(N_ENTITIES) if e not in (a, b)], n_obj - 2)
-        maps = [f'("mapping"|<image>|{names[depicted[0]].upper()}|8)']
-        maps += [f'("mapping"|<object-{k + 1}>|{names[e].upper()}|9)' for k, e in enumerate(depicted)]
-        maps.append(f'("mapping"|<relation-1>|{names[depicted[0]].upper()}|{names[depicted[1]].upper()}|7)')
-        caption = f"Photo of the {objs[0]} of {names[depicted[0]]} with a {objs[1]}"
-        images.append(ImageInput(f"photo-{j}", None, "\n".join(scene), "##".join(maps) + "<|COMPLETE|>",
-                                 caption=caption))
-    segments = []
-    for s in range(N_SEGMENTS):
-        target = rng.randint(40, 80)
-        words: list[str] = []
-        for name in dict.fromkeys(mentions[s]):
-            words += [name] + rng.choices(VOCAB, k=rng.randint(3, 7))
-        while sum(len(w.split()) for w in words) < target:
-            words += rng.choices(VOCAB, k=rng.randint(4, 9)) + ["."]
-        text = " ".join(words)
-        refs = tuple(f"photo-{j}" for j in range(n_images) if j % N_SEGMENTS == s)
-        segments.append(Segment(text, refs, (s, s), len(text.split())))
-    extractions = ["\n".join(r + ["<|COMPLETE|>"]) for r in records]
-    return DocumentInput(f"doc-{number:06d}", segments=segments, title=f"Document {number}", images=images,
-                         extractions=extractions)
+    """Document ``doc-{number:06d}``: pipeline_report's rules with `n_images` images without pixels
+    (their patches are precomputed), from a random stream of its own."""
+    return _cpu_document(number, shared, seed, n_images=n_images, pixels=False, stream="gpu-doc")
 
 
 def make_questions(n: int, n_docs: int, n_images: int, seed: int = 0) -> list[str]:

@@ -120,9 +120,16 @@ def shared_names(n_docs: int, seed: int = 0) -> list[str]:
             for _ in range(max(50, n_docs // 20))]
 
 
-def make_document(number: int, shared: list[str], seed: int = 0) -> DocumentInput:
-    """Document ``doc-{number:06d}`` (see the module docstring)."""
-    rng = random.Random(f"doc-{seed}-{number}")
+def _image_ref(j: int, n_images: int) -> str:
+    return "photo" if n_images == 1 else f"photo-{j}"
+
+
+def make_document(number: int, shared: list[str], seed: int = 0, *, n_images: int = 1, pixels: bool = True,
+                  stream: str = "doc") -> DocumentInput:
+    """Document ``doc-{number:06d}`` (see the module docstring). `n_images` images (one: named
+    ``photo``; more: ``photo-<j>``, image j in segment j mod 5), with random pixels or none;
+    `stream` names the random stream (another script draws another corpus from the same rules)."""
+    rng = random.Random(f"{stream}-{seed}-{number}")
     names: list[str] = []
     seen = set()
     for name in rng.sample(shared, N_SHARED_PER_DOC):
@@ -165,28 +172,34 @@ def make_document(number: int, shared: list[str], seed: int = 0) -> DocumentInpu
         while sum(len(w.split()) for w in words) < target:
             words += rng.choices(VOCAB, k=rng.randint(4, 9)) + ["."]
         text = " ".join(words)
-        segments.append(Segment(text, ("photo",) if s == 0 else (), (s, s), len(text.split())))
+        refs = tuple(_image_ref(j, n_images) for j in range(n_images) if j % N_SEGMENTS == s)
+        segments.append(Segment(text, refs, (s, s), len(text.split())))
     extractions = ["\n".join(r + ["<|COMPLETE|>"]) for r in records]
-    # image: 2-3 objects, one scene relation, matches to entities 0..2 and the relation (0, 1) if any
-    n_obj = rng.randint(2, 3)
-    objs = rng.sample(OBJECTS, n_obj)
-    boxes = []
-    for _ in objs:
-        x1, y1 = rng.uniform(0, 0.5), rng.uniform(0, 0.5)
-        boxes.append((x1, y1, x1 + rng.uniform(0.2, 0.5), y1 + rng.uniform(0.2, 0.5)))
-    scene = [f"<object-{k + 1}>: {o}, ({b[0]:.2f}, {b[1]:.2f}, {b[2]:.2f}, {b[3]:.2f})"
-             for k, (o, b) in enumerate(zip(objs, boxes))]
-    scene.append(f"<relation-1>: <object-1> {rng.choice(PREDICATES)} <object-2>")
-    a, b = rng.choice(relations)                                    # the relation region depicts a relation
-    depicted = [a, b] + rng.sample([e for e in range(N_ENTITIES) if e not in (a, b)], n_obj - 2)
-    maps = [f'("mapping"|<image>|{names[depicted[0]].upper()}|8)']
-    maps += [f'("mapping"|<object-{k + 1}>|{names[e].upper()}|9)' for k, e in enumerate(depicted)]
-    maps.append(f'("mapping"|<relation-1>|{names[depicted[0]].upper()}|{names[depicted[1]].upper()}|7)')
-    pix_rng = np.random.default_rng(number * 7919 + seed)
-    pixels = pix_rng.integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
-    caption = f"Photo of the {objs[0]} of {names[depicted[0]]} with a {objs[1]}"
-    image = ImageInput("photo", pixels, "\n".join(scene), "##".join(maps) + "<|COMPLETE|>", caption=caption)
-    return DocumentInput(f"doc-{number:06d}", segments=segments, title=f"Document {number}", images=[image],
+    images = []
+    for j in range(n_images):
+        # 2-3 objects, one scene relation, matches to entities 0..2 and the relation (0, 1) if any
+        n_obj = rng.randint(2, 3)
+        objs = rng.sample(OBJECTS, n_obj)
+        boxes = []
+        for _ in objs:
+            x1, y1 = rng.uniform(0, 0.5), rng.uniform(0, 0.5)
+            boxes.append((x1, y1, x1 + rng.uniform(0.2, 0.5), y1 + rng.uniform(0.2, 0.5)))
+        scene = [f"<object-{k + 1}>: {o}, ({b[0]:.2f}, {b[1]:.2f}, {b[2]:.2f}, {b[3]:.2f})"
+                 for k, (o, b) in enumerate(zip(objs, boxes))]
+        scene.append(f"<relation-1>: <object-1> {rng.choice(PREDICATES)} <object-2>")
+        a, b = rng.choice(relations)                                # the relation region depicts a relation
+        depicted = [a, b] + rng.sample([e for e in range(N_ENTITIES) if e not in (a, b)], n_obj - 2)
+        maps = [f'("mapping"|<image>|{names[depicted[0]].upper()}|8)']
+        maps += [f'("mapping"|<object-{k + 1}>|{names[e].upper()}|9)' for k, e in enumerate(depicted)]
+        maps.append(f'("mapping"|<relation-1>|{names[depicted[0]].upper()}|{names[depicted[1]].upper()}|7)')
+        pix = None
+        if pixels:
+            pix_rng = np.random.default_rng(number * 7919 + seed + 104729 * j)
+            pix = pix_rng.integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
+        caption = f"Photo of the {objs[0]} of {names[depicted[0]]} with a {objs[1]}"
+        images.append(ImageInput(_image_ref(j, n_images), pix, "\n".join(scene), "##".join(maps) + "<|COMPLETE|>",
+                                 caption=caption))
+    return DocumentInput(f"doc-{number:06d}", segments=segments, title=f"Document {number}", images=images,
                          extractions=extractions)
 
 
