@@ -37,6 +37,7 @@ TIMED = {
     "scene_object_bullets": "parse_scene_graph('- <object-1>: (' * (MB // 16))",
     "scene_relation_lts": "parse_scene_graph('<relation-1>: <object-1> ' + ' <' * (MB // 2))",
     "delims_of_all_shapes": "parse_extraction('<<||##||>> <| # |> ' * (MB // 20))",
+    "json_dense_malformed": "parse_extraction('{\"entities\": [' + ','.join(['1'] * (MB // 2)) + ']}')",
 }
 
 
@@ -240,3 +241,20 @@ def test_timing_cases_are_the_issue_reproducers():
     assert detect_dialect("\n" * 16_000) is None
     assert parse_extraction("entity<" + " " * 65_536).dialect is None
     assert clean_field("\" " * 1000 + "x" + " \"" * 1000) == "x"
+
+
+def test_issues_past_the_listing_cap_are_counted_in_one_summary():
+    from colgraph_engine.kg.parsers._common import MAX_LISTED_ISSUES
+    from colgraph_engine.kg.records import ExtractionFormatError
+
+    n = MAX_LISTED_ISSUES + 2_345
+    text = '{"entities": [' + ",".join(["1"] * n) + "]}"
+    r = parse_extraction(text)
+    assert r.skipped == n and len(r.issues) == MAX_LISTED_ISSUES + 1
+    assert all(i.reason == "wrong JSON shape" for i in r.issues[:-1])
+    last = r.issues[-1]
+    assert (last.reason, last.severity) == ("more issues", "error") and "2345 more not listed" in last.detail
+    with pytest.raises(ExtractionFormatError):
+        parse_extraction(text, strict=True)
+    few = parse_extraction('{"entities": [1, 2]}')  # below the cap nothing changes
+    assert [i.reason for i in few.issues] == ["wrong JSON shape"] * 2

@@ -59,8 +59,17 @@ def _check_args(text: object, strict: object) -> None:
         raise TypeError(f"strict: expected bool, got {type(strict).__name__}")
 
 
+MAX_LISTED_ISSUES = 10_000  # per response; beyond it one summary issue counts the rest
+
+
 class _Collector:
-    """Accumulates records and issues for one response, then builds the result."""
+    """Accumulates records and issues for one response, then builds the result.
+
+    At most :data:`MAX_LISTED_ISSUES` issues are listed one by one; the rest are counted in one
+    ``more issues`` summary (an error when any of them is). ``skipped`` still counts every dropped
+    record. A response with that many problems is garbage either way, and a list of one object
+    per record made such a response cost ~1.5 s per MB, mostly in the garbage collector.
+    """
 
     def __init__(self, text: str, strict: bool):
         self.text = text
@@ -74,16 +83,27 @@ class _Collector:
         self.issues: list[ParseIssue] = []
         self.skipped = 0
         self.ignored = 0
+        self.unlisted = 0           # issues past MAX_LISTED_ISSUES
+        self.unlisted_errors = 0
+        self.unlisted_last: Position | None = None
 
     def pos(self, offset: int) -> Position:
         return (bisect.bisect_right(self._line_starts, offset), offset)
 
+    def _note(self, issue_args: tuple, severity: str) -> None:
+        if len(self.issues) < MAX_LISTED_ISSUES:
+            self.issues.append(ParseIssue(*issue_args))
+        else:
+            self.unlisted += 1
+            self.unlisted_errors += severity == "error"
+            self.unlisted_last = issue_args[0]
+
     def warn(self, pos: Position, reason: str, raw: str, detail: str = "") -> None:
-        self.issues.append(ParseIssue(pos, reason, raw, "warning", detail))
+        self._note((pos, reason, raw, "warning", detail), "warning")
 
     def reject(self, pos: Position, reason: str, raw: str, detail: str = "", severity: str = "error") -> None:
         """Drops a record: an ``error`` (malformed) or a ``skip`` (dropped by rule)."""
-        self.issues.append(ParseIssue(pos, reason, raw, severity, detail))
+        self._note((pos, reason, raw, severity, detail), severity)
         self.skipped += 1
 
     def number(self, value: str, pos: Position, raw: str, what: str) -> float | None:
@@ -130,6 +150,11 @@ class _Collector:
             self.issues.append(ParseIssue(self.pos(0), "no records", self.text[:200], "error",
                                           f"no {dialect or 'known-dialect'} record found"))
             complete = False
+        if self.unlisted:
+            self.issues.append(ParseIssue(self.unlisted_last, "more issues", "",
+                                          "error" if self.unlisted_errors else "warning",
+                                          f"{self.unlisted} more not listed ({self.unlisted_errors} errors); "
+                                          "its position is the last one's"))
         result = ParseResult(
             dialect=dialect, entities=tuple(self.entities), relations=tuple(self.relations),
             mappings=tuple(self.mappings), objects=tuple(self.objects),
