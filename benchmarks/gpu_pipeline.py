@@ -82,7 +82,6 @@ import multiprocessing as mp
 import os
 import pathlib
 import platform
-import random
 import statistics
 import sys
 import time
@@ -110,6 +109,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 from pipeline_report import shared_names  # noqa: E402
 from pipeline_report import make_document as _cpu_document  # noqa: E402
+from pipeline_report import make_questions as _cpu_questions  # noqa: E402
 
 TIMED = STAGES + ("results",)
 SPACE = "synthetic-li"
@@ -147,25 +147,8 @@ def make_document(number: int, shared: list[str], n_images: int, seed: int = 0) 
 
 
 def make_questions(n: int, n_docs: int, n_images: int, seed: int = 0) -> list[str]:
-    """`n` questions naming entities (and objects) of random documents of a corpus of `n_docs`."""
-    rng = random.Random(f"gpu-questions-{seed}")
-    shared = shared_names(n_docs, seed)
-    out = []
-    for i in range(n):
-        doc = make_document(rng.randrange(n_docs), shared, n_images, seed)
-        recs = [line.split("<|#|>") for text in doc.extractions for line in text.splitlines()]
-        if i % 2 == 0 or not doc.images:
-            rel = rng.choice([r for r in recs if r[0] == "relation"])
-            out.append(f"What is the relation between {rel[1]} and {rel[2]}?")
-        else:
-            im = rng.choice(doc.images)
-            objs = [line.split(": ", 1)[1].split(",")[0] for line in im.scene_graph.splitlines()
-                    if line.startswith("<object-")]
-            ents = [m.split("|")[2] for m in im.mappings.replace("<|COMPLETE|>", "").split("##")]
-            k = rng.randrange(len(objs))
-            entity = next(r[1] for r in recs if r[0] == "entity" and r[1].upper() == ents[k + 1])
-            out.append(f"Which photo shows the {objs[k]} of {entity}?")
-    return out
+    """`n` questions naming entities (and objects) of random documents of this corpus."""
+    return _cpu_questions(n, n_docs, seed, n_images=n_images, stream="gpu-")
 
 
 # --- workers: document generation, graph building and text encoding -------------------------

@@ -203,19 +203,21 @@ def make_document(number: int, shared: list[str], seed: int = 0, *, n_images: in
                          extractions=extractions)
 
 
-def make_questions(n: int, n_docs: int, seed: int = 0) -> list[str]:
-    """`n` questions naming entities (and objects) of random documents of a corpus of `n_docs`."""
-    rng = random.Random(f"questions-{seed}")
+def make_questions(n: int, n_docs: int, seed: int = 0, *, n_images: int = 1, stream: str = "") -> list[str]:
+    """`n` questions naming entities (and objects) of random documents of a corpus of `n_docs`
+    built by :func:`make_document` with `n_images` and random stream ``{stream}doc``."""
+    rng = random.Random(f"{stream}questions-{seed}")
     shared = shared_names(n_docs, seed)
     out = []
     for i in range(n):
-        doc = make_document(rng.randrange(n_docs), shared, seed)
+        doc = make_document(rng.randrange(n_docs), shared, seed, n_images=n_images, pixels=n_images == 1,
+                            stream=f"{stream}doc")
         recs = [line.split("<|#|>") for text in doc.extractions for line in text.splitlines()]
-        if i % 2 == 0:
+        if i % 2 == 0 or not doc.images:
             rel = rng.choice([r for r in recs if r[0] == "relation"])
             out.append(f"What is the relation between {rel[1]} and {rel[2]}?")
         else:
-            im = doc.images[0]
+            im = doc.images[0] if n_images == 1 else rng.choice(doc.images)
             objs = [line.split(": ", 1)[1].split(",")[0] for line in im.scene_graph.splitlines()
                     if line.startswith("<object-")]
             ents = [m.split("|")[2] for m in im.mappings.replace("<|COMPLETE|>", "").split("##")]

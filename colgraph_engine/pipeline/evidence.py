@@ -63,9 +63,9 @@ def _segment_nodes(view: IndexView, doc_id: str, ordinals) -> list[int]:
     return [int(view.node_first[i]) + 1 + int(o) for o in ordinals]
 
 
-def build_evidence(view: IndexView, scorer: TextScorer, sub: Subgraph, visual, text_q, degree: np.ndarray,
-                   evidence_k: int, num_threads: int | None = None) -> list[Evidence]:
-    index = view.index
+def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: int,
+                   num_threads: int | None = None) -> list[Evidence]:
+    index, degree = view.index, view.degree
     nq = len(sub.nodes)
     out: list[Evidence] = []
     # text sources per query: kept segments/tables + provenance of kept entities and relations

@@ -269,20 +269,6 @@ def _judge(items: np.ndarray, scores: np.ndarray, threshold: float, min_keep: in
     return scored[:min_keep]
 
 
-def _relation_edges_of(view: IndexView, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets [n+1], edges)`` relation edges incident to each node (cached CSR)."""
-    if not hasattr(view, "_rel_csr"):
-        rel = np.flatnonzero(view.edge_kind == EdgeKind.RELATION)
-        ends = np.concatenate([view.edge_src[rel], view.edge_dst[rel]])
-        edges = np.concatenate([rel, rel])
-        order = np.lexsort((edges, ends))
-        n = view.node_kind.size
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(ends, minlength=n), out=offsets[1:])
-        view._rel_csr = (offsets, edges[order])
-    return view._rel_csr
-
-
 def _group_members(view: IndexView, nodes: np.ndarray, allowed_docs: np.ndarray) -> np.ndarray:
     """`nodes` and the members of their alias groups inside the allowed documents."""
     groups = view.alias_of[nodes]
@@ -297,7 +283,7 @@ def _group_members(view: IndexView, nodes: np.ndarray, allowed_docs: np.ndarray)
 def mkg_expand(view: IndexView, scorer: TextScorer, seeds: Seeds, docs: list[np.ndarray], hops: int,
                threshold: float, min_keep: int) -> Subgraph:
     """mKG-RAG's filter (see the module docstring), per query on entity and relation lists."""
-    offsets, inc = _relation_edges_of(view, None)
+    offsets, inc = view.relation_csr
     out = Subgraph([], [], [], [], [], [])
     for i in range(len(docs)):
         ents, es = seeds.entities[i], seeds.entity_scores[i]

@@ -221,8 +221,7 @@ class Pipeline:
             visual = rank_visual(view, cands, enc["cvis"], enc["image"], enc["has_image"], self.image_units,
                                  cfg.visual_ranker, cfg.k, cfg.rrf_k, enc["cvis_used_question"])
         with stage("evidence"):
-            degree = self._degree(view)
-            evidence = build_evidence(view, scorer, sub, visual, enc["text"], degree, cfg.evidence_k, self.num_threads)
+            evidence = build_evidence(view, sub, visual, enc["text"], cfg.evidence_k, self.num_threads)
             expand_gstar(view, scorer, evidence, docs, rounds=cfg.gstar_rounds, budget=cfg.gstar_budget,
                          filtered=cfg.filter != "off", threshold=threshold, min_keep=cfg.min_keep,
                          num_threads=self.num_threads)
@@ -304,12 +303,6 @@ class Pipeline:
         return {"text": text, "text_vectors": text_vectors, "image": image, "has_image": has_image, "images": images,
                 "phrases": phrases, "cvis": cvis, "visual_texts": visual_texts,
                 "cvis_used_question": [not p.has_visual_cue and not q.caption.strip() for p, q in zip(phrases, qs)]}
-
-    def _degree(self, view: IndexView) -> np.ndarray:
-        if not hasattr(view, "_degree"):
-            n = view.node_kind.size
-            view._degree = np.bincount(view.edge_src, minlength=n) + np.bincount(view.edge_dst, minlength=n)
-        return view._degree
 
     def _image_hit(self, view: IndexView, node: int, score: float) -> ImageHit:
         d = self.index.describe_node(node)

@@ -5,11 +5,12 @@ after every change, and the view follows)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
 
-from ..graph.kinds import NodeKind
+from ..graph.kinds import EdgeKind, NodeKind
 from ..kg.index import UID_SHIFT, KnowledgeIndex
 
 
@@ -94,6 +95,24 @@ class IndexView:
             node = self.index.edges_of_uids(uids) if name == "relation" else self.index.nodes_of_uids(uids)
         numbers, first = np.unique(doc, return_index=True)
         return StoreView(name, doc, local, node, numbers, np.append(first, doc.size).astype(np.int64))
+
+    @cached_property
+    def degree(self) -> np.ndarray:
+        """``[n]`` int64 edges incident to each node (either direction): the rank of context entries."""
+        n = self.node_kind.size
+        return np.bincount(self.edge_src, minlength=n) + np.bincount(self.edge_dst, minlength=n)
+
+    @cached_property
+    def relation_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets [n+1], edges)``: the relation edges incident to each node (either end)."""
+        rel = np.flatnonzero(self.edge_kind == EdgeKind.RELATION)
+        ends = np.concatenate([self.edge_src[rel], self.edge_dst[rel]])
+        edges = np.concatenate([rel, rel])
+        order = np.lexsort((edges, ends))
+        n = self.node_kind.size
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(ends, minlength=n), out=offsets[1:])
+        return offsets, edges[order]
 
     @property
     def n_documents(self) -> int:
