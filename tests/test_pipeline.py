@@ -13,7 +13,7 @@ from colgraph_engine.graph import KnowledgeGraph, NodeKind
 from colgraph_engine.kg import DocumentInput, Encoders, KnowledgeIndex, Section
 from colgraph_engine.kg import demo_data as kg_demo
 from colgraph_engine.kg.vectors import image_text_view, region_text_view
-from colgraph_engine.pipeline import CrossSpaceError, Pipeline, PipelineConfig, Query, count_tokens
+from colgraph_engine.pipeline import CrossSpaceError, OpenAIGenerator, Pipeline, PipelineConfig, Query, count_tokens
 from colgraph_engine.pipeline.graph_retrieval import WALK_KINDS
 
 ENC = Encoders.offline()
@@ -359,6 +359,16 @@ def test_batch_equals_single_and_runs_are_deterministic(index):
     (lambda: PipelineConfig(k=1.5), TypeError, "k"),
     (lambda: PipelineConfig(filter="strict"), ValueError, "filter"),
     (lambda: PipelineConfig().replace(colour="red"), ValueError, "unknown"),
+    (lambda: OpenAIGenerator(""), ValueError, "model"),
+    (lambda: OpenAIGenerator("m", timeout=0), ValueError, "timeout"),
+    (lambda: OpenAIGenerator("m", max_retries=-1), ValueError, "max_retries"),
+    (lambda: OpenAIGenerator("m", send_images="yes"), TypeError, "send_images"),
+    (lambda: OpenAIGenerator("m", base_url=5), TypeError, "base_url"),
+    (lambda: count_tokens(None), TypeError, "text"),
+    (lambda: KnowledgeIndex(ENC).describe_edge(0), ValueError, "edge"),
+    (lambda: Pipeline(KnowledgeIndex(ENC), ENC, device="no-such-device"), ValueError, "device"),
+    (lambda: Pipeline(KnowledgeIndex(ENC), ENC, generator=42), TypeError, "generator"),
+    (lambda: Pipeline(KnowledgeIndex(ENC), ENC, record_extractor="x"), TypeError, "record_extractor"),
 ])
 def test_bad_arguments_are_named(make, exc, match):
     with pytest.raises(exc, match=match):

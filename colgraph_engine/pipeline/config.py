@@ -1,9 +1,10 @@
 """Pipeline settings, validated once, and the papers' ablations as switches.
 
-Defaults stated by the papers: mKG-RAG retrieves the top Kd = 10 documents, the top Kg = 10
-entities and relations, and expands l = 1 hop; its filter keeps items with cosine > 0.5 and at
-least 3 per list. ColGraphRAG keeps the top k = 10 visual candidates. Every other default here
-is the engine's own choice and says so.
+Defaults from mKG-RAG (as the project's design notes state them): the top Kd = 10 documents,
+the top Kg = 10 entities and relations, l = 1 hop; its code's filter keeps items with cosine
+> 0.5 and at least 3 per list. k = 10 visual candidates is the default the project's issue gives
+for ColGraphRAG; we have not checked it against that paper's text. Every other default here is
+the engine's own choice and says so.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ class PipelineConfig:
         visual_units: ``"patches"`` (C_vis tokens vs image patches; needs one late-interaction
             model for both roles), ``"text_view"`` (vs the images' text views, the offline
             surrogate) or ``"auto"`` (patches when the index's encoders share a space).
-        k: images and regions kept, E_k(q) (ColGraphRAG: 10).
+        k: images and regions kept, E_k(q) (10; see the module docstring on its source).
         all_document_images: also rank every image of the Kd documents, not only those attached
             to the expanded subgraph.
     Stage 6, evidence:

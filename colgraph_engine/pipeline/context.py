@@ -25,6 +25,8 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 def count_tokens(text: str) -> int:
     """Words and punctuation marks in `text`."""
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str, got {type(text).__name__}")
     return len(_TOKEN.findall(text))
 
 
@@ -109,8 +111,17 @@ class OpenAIGenerator:
                  max_retries: int = 2, send_images: bool = False, system: str | None = None):
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a non-empty model name, got {model!r}")
+        for name, value in (("base_url", base_url), ("api_key", api_key), ("system", system)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name}: expected a str or None, got {type(value).__name__}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries: expected an int >= 0, got {max_retries!r}")
+        if not isinstance(send_images, bool):
+            raise TypeError(f"send_images: expected a bool, got {type(send_images).__name__}")
         self.model, self.base_url, self.api_key = model, base_url, api_key
-        self.timeout, self.max_retries, self.send_images = float(timeout), int(max_retries), bool(send_images)
+        self.timeout, self.max_retries, self.send_images = float(timeout), max_retries, send_images
         self.system = self.SYSTEM if system is None else system
 
     def __call__(self, prompt: str, images: list) -> str:
