@@ -51,12 +51,15 @@ class ImageInput:
     ``ref`` is how sections name it (``Section.images``); ``pixels`` is a file path, a PIL image
     or a uint8 ``[H, W, 3]`` array (None: the image gets a node but no patch vectors);
     ``scene_graph`` and ``mappings`` are model responses (text) or already parsed results.
+    ``source`` says where the image came from when `pixels` is not a file path (e.g.
+    ``"report.pdf page 3, box (0.100, 0.200, 0.550, 0.600)"``); it is kept as the node's source.
     """
     ref: str
     pixels: object = None
     scene_graph: str | ParseResult | None = None
     mappings: str | ParseResult | None = None
     caption: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -359,6 +362,8 @@ def _check_document(doc) -> None:
             raise ValueError(f"doc.images[{i}].ref: duplicate image ref {im.ref!r}")
         if not isinstance(im.caption, str):
             raise TypeError(f"doc.images[{i}].caption: expected str, got {type(im.caption).__name__}")
+        if not isinstance(im.source, str):
+            raise TypeError(f"doc.images[{i}].source: expected str, got {type(im.source).__name__}")
         refs.add(im.ref)
     for i, t in enumerate(doc.tables):
         if not isinstance(t, TableInput) or not isinstance(t.text, str) or not isinstance(t.caption, str):
@@ -461,7 +466,7 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
     for ref in refs:
         im = inputs.get(ref, ImageInput(ref))
         s = image_segment.get(ref)
-        source = str(im.pixels) if isinstance(im.pixels, (str, os.PathLike)) else ""
+        source = im.source or (str(im.pixels) if isinstance(im.pixels, (str, os.PathLike)) else "")
         v = b.node(NodeKind.IMAGE, ref, "", im.caption, source=source, bbox=FULL_BOX, prov=() if s is None else (s,))
         if im.pixels is not None:
             graph_pixels[ref] = Path(im.pixels) if isinstance(im.pixels, os.PathLike) else im.pixels

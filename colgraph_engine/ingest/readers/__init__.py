@@ -1,0 +1,1 @@
+"""Readers: one file -> DocumentInput."""
