@@ -158,19 +158,101 @@ def test_parsed_results_are_accepted_in_place_of_text():
 
 
 def test_low_scoring_matches_are_skipped_and_reported():
-    g = build_document_graph(fuji_document(), min_mapping_score=8.5)
+    g = build_document_graph(fuji_document(), min_mapping_score=8.5, image_fallback="off")
     skipped = [i for i in g.issues if i.severity == "skip"]
     assert sorted(i.issue.reason for i in skipped) == ["low score", "low score"]  # score 8 (image) and 7 (relation)
     assert ("photo", "Mount Fuji") not in edges(g, EdgeKind.DEPICTS)
     assert "relation-1" not in {g.node_name[v] for v in g.nodes_of(NodeKind.REGION)}
 
 
-def test_relation_mapping_without_a_text_relation_still_links_the_region_with_a_warning():
+def test_relation_mapping_without_a_text_relation_gives_each_object_its_entity_at_half_weight():
+    # Shizuoka and Tokyo share no text relation: mKG-RAG's rule gives the relation's first object
+    # the source entity and its second object the target entity, weight max(7 // 2, 1) = 3.
     mappings = '("mapping"|<relation-1>|SHIZUOKA|TOKYO|7)<|COMPLETE|>'
-    g = build_document_graph(fuji_document(images=[ImageInput("photo", None, fixture("fuji_scene.txt"), mappings)]))
-    r = [v for v in g.nodes_of(NodeKind.REGION) if g.node_name[v] == "relation-1"][0]
-    assert g.node_edge[r] == -1
+    g = build_document_graph(fuji_document(images=[ImageInput("photo", None, fixture("fuji_scene.txt"), mappings)]),
+                             image_fallback="off")
+    assert "relation-1" not in {g.node_name[v] for v in g.nodes_of(NodeKind.REGION)}
+    dep = edges(g, EdgeKind.DEPICTS)
+    # <relation-1>: <object-2> passing in front of <object-1>  -> object-2 is the subject
+    assert g.edge_weight[dep[("object-2", "Shizuoka")]] == 3
+    assert g.edge_weight[dep[("object-1", "Tokyo")]] == 3
+    assert not g.edges_of(EdgeKind.DEPICTS_RELATION).size
     assert "no such relation" in [i.issue.reason for i in g.issues]
+    # a score of 1 still gives weight 1 (the rule's floor)
+    low = build_document_graph(fuji_document(images=[ImageInput(
+        "photo", None, fixture("fuji_scene.txt"), '("mapping"|<relation-1>|SHIZUOKA|TOKYO|1)<|COMPLETE|>')]),
+        image_fallback="off")
+    assert low.edge_weight[edges(low, EdgeKind.DEPICTS)[("object-2", "Shizuoka")]] == 1
+
+
+def test_relation_mapping_with_a_text_relation_keeps_the_relation_region_at_full_weight():
+    g = build_document_graph(fuji_document())
+    r = [v for v in g.nodes_of(NodeKind.REGION) if g.node_name[v] == "relation-1"][0]
+    e = edges(g, EdgeKind.RELATION)[("Shinkansen", "Mount Fuji")]
+    assert g.node_edge[r] == e
+    assert {g.edge_weight[x] for x in g.edges_of(EdgeKind.DEPICTS_RELATION)} == {7.0}
+
+
+def _fallback_edges(g):
+    return {(g.node_name[g.edge_src[e]], g.node_name[g.edge_dst[e]]): float(g.edge_weight[e])
+            for e in g.edges_of(EdgeKind.DEPICTS) if g.edge_keywords[e] == "fallback"}
+
+
+def test_image_without_an_image_level_match_attaches_to_the_highest_degree_entity():
+    # only object-level matches: they do not count (mKG-RAG), so the whole image falls back
+    objects_only = '("mapping"|<object-2>|SHINKANSEN|9)<|COMPLETE|>'
+    g = build_document_graph(fuji_document(images=[ImageInput("photo", None, fixture("fuji_scene.txt"), objects_only)]))
+    # relations: Shinkansen-Mount Fuji, Shinkansen-Tokyo, Mount Fuji-Shizuoka -> Shinkansen and
+    # Mount Fuji both have degree 2; the first declared wins
+    first = min((v for v in g.nodes_of(NodeKind.ENTITY) if g.node_name[v] in ("Shinkansen", "Mount Fuji")))
+    assert _fallback_edges(g) == {("photo", g.node_name[first]): 1.0}
+    # an image-level match means no fallback
+    assert _fallback_edges(build_document_graph(fuji_document())) == {}
+    # an image with no matches at all falls back too; "off" leaves it on its segment only
+    bare = fuji_document(images=[ImageInput("photo", None)])
+    assert len(_fallback_edges(build_document_graph(bare))) == 1
+    assert _fallback_edges(build_document_graph(bare, image_fallback="off")) == {}
+
+
+def test_fallback_without_relations_uses_the_similarity_or_else_the_most_mentioned_entity():
+    line = "entity<|#|>{0}<|#|>thing<|#|>about {0}\n"
+    text = (line.format("Alpha") + line.format("Beta") + line.format("Beta") + "<|COMPLETE|>")
+    doc = DocumentInput("d", [Section("alpha beta", images=("img",))], images=[ImageInput("img", "pixels")],
+                        extractions=[text])
+    # no relation, no similarity: Beta is mentioned twice in the image's segment
+    assert _fallback_edges(build_document_graph(doc)) == {("img", "Beta"): 1.0}
+    seen = []
+
+    def similarity(pixels, descriptions):
+        seen.append((pixels, list(descriptions)))
+        return [0.9 if "Alpha" in d else 0.1 for d in descriptions]
+
+    assert _fallback_edges(build_document_graph(doc, image_entity_scores=similarity)) == {("img", "Alpha"): 1.0}
+    assert seen == [("pixels", ["about Alpha", "about Beta"])]
+    assert _fallback_edges(build_document_graph(doc, image_fallback="similarity", image_entity_scores=similarity)) \
+        == {("img", "Alpha"): 1.0}
+    # a failing or malformed similarity is reported and the offline rule decides
+    g = build_document_graph(doc, image_entity_scores=lambda p, d: [1.0])
+    assert _fallback_edges(g) == {("img", "Beta"): 1.0} and "bad similarity" in [i.issue.reason for i in g.issues]
+
+    def broken(pixels, descriptions):
+        raise RuntimeError("model down")
+
+    g = build_document_graph(doc, image_entity_scores=broken)
+    assert _fallback_edges(g) == {("img", "Beta"): 1.0} and "similarity failed" in [i.issue.reason for i in g.issues]
+
+
+def test_fallback_arguments_are_checked_and_documents_without_entities_keep_images_on_segments():
+    doc = DocumentInput("d", [Section("no names here", images=("img",))], images=[ImageInput("img")],
+                        extractions=["<|COMPLETE|>"])
+    g = build_document_graph(doc)
+    assert _fallback_edges(g) == {} and "no entity" in [i.issue.reason for i in g.issues if i.severity == "skip"]
+    with pytest.raises(ValueError, match="image_fallback"):
+        build_document_graph(doc, image_fallback="nearest")
+    with pytest.raises(ValueError, match="image_entity_scores"):
+        build_document_graph(doc, image_fallback="similarity")
+    with pytest.raises(TypeError, match="image_entity_scores"):
+        build_document_graph(doc, image_entity_scores="clip")
 
 
 def test_scene_graph_problems_are_reported_with_the_image():
@@ -194,7 +276,8 @@ def test_images_and_tables_attach_to_their_segments():
     assert (g.node_name[0], "table-1") in contains
     assert g.node_text[g.nodes_of(NodeKind.TABLE)[0]] == "Table 1\na | b\n1 | 2"
     reasons = sorted(i.issue.reason for i in g.issues if not i.where.startswith("segment"))
-    assert reasons == ["image not in any section", "unknown section"]
+    # no entity to attach the two unmatched images to: reported as skips
+    assert reasons == ["image not in any section", "no entity", "no entity", "unknown section"]
 
 
 def test_default_extractor_is_deterministic_and_document_specific():

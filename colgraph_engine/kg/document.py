@@ -378,7 +378,9 @@ def _check_document(doc) -> None:
 def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] | None = None,
                          max_tokens: int = 1200, overlap_tokens: int = 0,
                          count_tokens: Callable[[str], int] | None = None, strict: bool = False,
-                         min_mapping_score: float = 0.0) -> DocumentGraph:
+                         min_mapping_score: float = 0.0, image_fallback: str = "degree",
+                         image_entity_scores: Callable[[object, Sequence[str]], Sequence[float]] | None = None,
+                         ) -> DocumentGraph:
     """Builds one document's graph by the rules in the module docstring.
 
     Args:
@@ -389,6 +391,24 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
         strict: raise :class:`DocumentBuildError` if any record or match is malformed or
             unresolvable (default: drop it and report it in ``issues``).
         min_mapping_score: region matches scoring below this are dropped (reported as skips).
+        image_fallback: what happens to an image that no image-level match attaches to an entity
+            (mKG-RAG's rule, read in its code, ``rag/multimodal/build.py``: object-level matches
+            do not count; such an image is attached to the entity of highest relation degree, or,
+            when no entity has a relation, to the entity whose description is most similar to the
+            image under a text-image embedding, with weight 1.0):
+
+            * ``"degree"`` (default): the entity with the most distinct relations in this
+              document (ties: the first declared — ours; mKG-RAG takes the first in its edge
+              order); when no entity has a relation, the most similar entity by
+              `image_entity_scores` if given, else (ours, for offline builds without a text-image
+              model) the entity mentioned most often in the image's segment, then in the document;
+            * ``"similarity"``: always the entity `image_entity_scores` ranks first (ours);
+            * ``"off"``: no fallback (the image hangs off its segment only).
+
+            The fallback edge is a DEPICTS edge of weight 1.0 with the keyword ``fallback``. A
+            document without entities keeps its images on their segments (reported as a skip).
+        image_entity_scores: ``(pixels, descriptions [k]) -> scores [k]``, a text-image
+            similarity (e.g. a ColPali-family model); needed for ``image_fallback="similarity"``.
     """
     _check_document(doc)
     if not isinstance(strict, bool):
@@ -396,6 +416,13 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
     if isinstance(min_mapping_score, bool) or not isinstance(min_mapping_score, (int, float)) \
             or not np.isfinite(min_mapping_score):
         raise ValueError(f"min_mapping_score: expected a finite number, got {min_mapping_score!r}")
+    if image_fallback not in IMAGE_FALLBACKS:
+        raise ValueError(f"image_fallback: expected one of {IMAGE_FALLBACKS}, got {image_fallback!r}")
+    if image_entity_scores is not None and not callable(image_entity_scores):
+        raise TypeError(f"image_entity_scores: expected a callable (pixels, descriptions) -> scores or None, "
+                        f"got {type(image_entity_scores).__name__}")
+    if image_fallback == "similarity" and image_entity_scores is None:
+        raise ValueError('image_fallback: "similarity" needs image_entity_scores (a text-image similarity)')
     segments = list(doc.segments) if doc.segments is not None else segment_sections(
         doc.sections, max_tokens=max_tokens, overlap_tokens=overlap_tokens, count_tokens=count_tokens)
     if doc.extractions is not None:
@@ -473,7 +500,10 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
         if s is None:
             b.note(f"image {ref!r}", _issue("image not in any section", ref, "attached to the document", "warning"))
         b.edge(0 if s is None else seg_nodes[s], v, EdgeKind.CONTAINS)
-        _add_image_regions(b, v, im, s, min_mapping_score)
+        image_level = _add_image_regions(b, v, im, s, min_mapping_score)
+        if not image_level and image_fallback != "off":
+            _attach_unmatched_image(b, v, im, None if s is None else seg_nodes[s], image_fallback,
+                                    image_entity_scores)
 
     if strict and any(i.severity == "error" for i in b.issues):
         raise DocumentBuildError(doc.doc_id, b.issues)
@@ -482,7 +512,54 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
     return graph
 
 
-def _add_image_regions(b: _Builder, image: int, im: ImageInput, s: int | None, min_score: float) -> None:
+IMAGE_FALLBACKS = ("degree", "similarity", "off")
+
+
+def _attach_unmatched_image(b: _Builder, image: int, im: ImageInput, segment_node: int | None, rule: str,
+                            scores_fn) -> None:
+    """The image-level fallback of :func:`build_document_graph` (see `image_fallback` there)."""
+    entities = [v for v, k in enumerate(b.kind) if k == NodeKind.ENTITY]
+    if not entities:
+        b.note(f"image {im.ref!r}", _issue("no entity", im.ref, "the document has no entity to attach the "
+                                           "unmatched image to", "skip"))
+        return
+    target, how = None, ""
+    if rule == "degree":
+        degree = Counter()
+        for e, kind in enumerate(b.ekind):
+            if kind == EdgeKind.RELATION:
+                degree[b.src[e]] += 1
+                degree[b.dst[e]] += 1
+        if degree:
+            top = max(degree.values())
+            target, how = min(v for v, d in degree.items() if d == top), "highest relation degree"
+    if target is None and scores_fn is not None:
+        descriptions = ["\n".join(b.entity_descriptions[v]) or b.name[v] for v in entities]
+        try:
+            scores = np.asarray(scores_fn(im.pixels, descriptions), np.float64).reshape(-1)
+        except Exception as exc:  # a failing model must not fail the document
+            b.note(f"image {im.ref!r}", _issue("similarity failed", im.ref, f"image_entity_scores raised {exc!r}",
+                                               "warning"))
+            scores = None
+        if scores is not None and scores.size == len(entities) and np.isfinite(scores).all():
+            target, how = entities[int(np.argmax(scores))], "most similar entity"
+        elif scores is not None:
+            b.note(f"image {im.ref!r}", _issue("bad similarity", im.ref, f"expected {len(entities)} finite scores, "
+                                               f"got {scores.size}", "warning"))
+    if target is None:
+        counts = {v: c for (seg, v), c in b.mentions.items() if seg == segment_node} if segment_node is not None else {}
+        if not counts:
+            counts = {v: int(b.weight[v]) for v in entities}
+        top = max(counts.values())
+        target, how = min(v for v, c in counts.items() if c == top), "most mentioned entity"
+    b.edge(image, target, EdgeKind.DEPICTS, 1.0, ("fallback",), (f"unmatched image attached to the {how}",),
+           merge_key=("dep", image, target))
+
+
+def _add_image_regions(b: _Builder, image: int, im: ImageInput, s: int | None, min_score: float) -> bool:
+    """Adds the image's scene-graph regions and region matches; True when some image-level match
+    attached the whole image to an entity (mKG-RAG's test for its fallback)."""
+    image_level = False
     prov = () if s is None else (s,)
     objects, scene_relations, region_of = {}, {}, {}
     if im.scene_graph is not None:
@@ -500,7 +577,7 @@ def _add_image_regions(b: _Builder, image: int, im: ImageInput, s: int | None, m
             b.edge(region_of[rel.subject], region_of[rel.object], EdgeKind.SCENE, 1.0, (rel.predicate,),
                    (f"{objects[rel.subject].category} {rel.predicate} {objects[rel.object].category}",), prov)
     if im.mappings is None:
-        return
+        return image_level
     where = f"image {im.ref!r} mappings"
     mp = _as_parsed(im.mappings, f"doc.images[{im.ref!r}].mappings", lambda t, _: parse_region_mappings(t), False)
     for issue in mp.issues:
@@ -511,14 +588,35 @@ def _add_image_regions(b: _Builder, image: int, im: ImageInput, s: int | None, m
         if m.score < min_score:
             b.note(where, _issue("low score", raw, f"score {m.score} < min_mapping_score {min_score}", "skip"))
             continue
-        names = [m.entity] if m.kind != "relation" else [m.source, m.target]
+        names = [m.entity] if m.entity is not None else [m.source, m.target]
         ents = [b.entity_of.get(normalize_name(n)) for n in names]
         if None in ents:
             missing = names[ents.index(None)]
             b.note(where, _issue("unknown entity", raw, f"no entity {missing!r} in this document"))
             continue
+        if len(ents) == 2 and b.edge_index.get(("rel", min(ents), max(ents))) is None:
+            # mKG-RAG (rag/multimodal/build.py): a relation match whose entity pair has no text
+            # relation attaches each endpoint to its own object (or to the whole image) with
+            # weight max(score // 2, 1).
+            half = max(m.score // 2, 1.0)
+            if m.kind == "image":
+                image_level = True
+                for e in ents:
+                    b.edge(image, e, EdgeKind.DEPICTS, half, merge_key=("dep", image, e))
+                continue
+            rel = scene_relations.get(m.ref)
+            if rel is None:
+                b.note(where, _issue("unknown relation", raw, f"no relation {m.ref} in the image's scene graph"))
+                continue
+            b.note(where, _issue("no such relation", raw, "the document has no relation between these entities; "
+                                 "each object depicts its own entity at half weight", "warning"))
+            for obj, e in ((rel.subject, ents[0]), (rel.object, ents[1])):
+                b.edge(region_of[obj], e, EdgeKind.DEPICTS, half, merge_key=("dep", region_of[obj], e))
+            continue
         if m.kind == "image":
-            b.edge(image, ents[0], EdgeKind.DEPICTS, m.score, merge_key=("dep", image, ents[0]))
+            image_level = True
+            for e in ents:
+                b.edge(image, e, EdgeKind.DEPICTS, m.score, merge_key=("dep", image, e))
         elif m.kind == "object":
             if m.ref not in region_of:
                 b.note(where, _issue("unknown object", raw, f"no object {m.ref} in the image's scene graph"))
@@ -540,13 +638,11 @@ def _add_image_regions(b: _Builder, image: int, im: ImageInput, s: int | None, m
                 b.edge(image, r, EdgeKind.CONTAINS)
             for e in ents:
                 b.edge(r, e, EdgeKind.DEPICTS_RELATION, m.score, merge_key=("deprel", r, e))
-            edge = b.edge_index.get(("rel", min(ents), max(ents)))
-            if edge is None:
-                b.note(where, _issue("no such relation", raw, "the document has no relation between these entities; "
-                                     "the region depicts both", "warning"))
-            elif b.node_edge[r] == -1:
+            edge = b.edge_index[("rel", min(ents), max(ents))]
+            if b.node_edge[r] == -1:
                 b.node_edge[r] = edge
+    return image_level
 
 
-__all__ = ["DocumentBuildError", "DocumentGraph", "DocumentInput", "DocumentIssue", "ImageInput", "TableInput",
+__all__ = ["IMAGE_FALLBACKS", "DocumentBuildError", "DocumentGraph", "DocumentInput", "DocumentIssue", "ImageInput", "TableInput",
            "build_document_graph", "ExtractionFormatError"]
