@@ -259,6 +259,17 @@ class ChatClient:
             for key, n in counts.items():
                 self._counts[key] += n
 
+    def record_failure(self, purpose: str, where: str, error: str, attempts: int = 0, seconds: float = 0.0) -> FailedCall:
+        """Records a failure that happened before any request (e.g. an unreadable image in a hook's
+        batch), so that ``failures`` lists every input a batch could not process."""
+        _check_label("purpose", purpose)
+        _check_label("where", where)
+        _check_label("error", error)
+        failure = FailedCall(purpose, where, error, attempts, float(seconds))
+        with self._lock:
+            self._failures.append(failure)
+        return failure
+
     def _fail(self, purpose: str, where: str, error: str, attempts: int, t0: float, status: int | None) -> ModelCallError:
         failure = FailedCall(purpose, where, error, attempts, time.perf_counter() - t0, status)
         with self._lock:
