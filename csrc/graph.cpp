@@ -29,6 +29,18 @@ std::vector<float> read_weights(const std::vector<float>& column, int64_t count)
 
 constexpr int64_t kInt32Max = 2147483647;
 
+// Capacity for `need` elements, growing geometrically: appending a small batch to a large
+// column must not copy the whole column each time (an exact reserve would).
+template <typename T>
+void reserve_geometric(std::vector<T>& v, size_t need) {
+  if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));
+}
+
+void reserve_geometric(igraph_vector_int_t* v, igraph_integer_t need) {
+  const igraph_integer_t cap = igraph_vector_int_capacity(v);
+  if (need > cap) check_igraph(igraph_vector_int_reserve(v, std::max(need, 2 * cap)), "igraph_vector_int_reserve");
+}
+
 }  // namespace
 
 KnowledgeGraph::KnowledgeGraph() {
@@ -51,8 +63,10 @@ void KnowledgeGraph::add_nodes(int64_t count, const uint8_t* kind, const int64_t
   std::unique_lock lock(mutex_);
   if (n_nodes() + count > kInt32Max) throw std::invalid_argument("count: a graph holds at most 2^31 - 1 nodes");
   const int64_t old_n = n_nodes();
-  node_kind_.reserve(old_n + count), node_doc_.reserve(old_n + count), alias_of_.reserve(old_n + count);
-  if (!node_weight_.empty()) node_weight_.reserve(old_n + count);
+  reserve_geometric(node_kind_, old_n + count), reserve_geometric(node_doc_, old_n + count);
+  reserve_geometric(alias_of_, old_n + count);
+  if (!node_weight_.empty()) reserve_geometric(node_weight_, old_n + count);
+  reserve_geometric(&graph_.os, old_n + count + 1), reserve_geometric(&graph_.is, old_n + count + 1);
   check_igraph(igraph_add_vertices(&graph_, count, nullptr), "igraph_add_vertices");
   node_kind_.insert(node_kind_.end(), kind, kind + count);
   node_doc_.insert(node_doc_.end(), doc, doc + count);
@@ -74,10 +88,14 @@ void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t*
     if (!std::isfinite(weight[i])) throw std::invalid_argument(at("edge_weight", i) + ": expected a finite weight");
   }
   const int64_t old_m = n_edges();
-  edge_kind_.reserve(old_m + count);
-  if (!edge_weight_.empty()) edge_weight_.reserve(old_m + count);
+  reserve_geometric(edge_kind_, old_m + count);
+  if (!edge_weight_.empty()) reserve_geometric(edge_weight_, old_m + count);
+  int64_t lowest = n;
+  for (int64_t i = 0; i < count; ++i) lowest = std::min({lowest, src[i], dst[i]});
   if (old_m == 0) {
     bulk_load_edges(count, src, dst);
+  } else if (count > 0 && lowest > max_endpoint_) {
+    append_edges_above(count, src, dst, lowest);
   } else {
     igraph_vector_int_t pairs;
     check_igraph(igraph_vector_int_init(&pairs, 2 * count), "igraph_vector_int_init");
@@ -88,8 +106,14 @@ void KnowledgeGraph::add_edges(int64_t count, const int64_t* src, const int64_t*
   }
   edge_kind_.insert(edge_kind_.end(), kind, kind + count);
   append_weights(edge_weight_, old_m, weight, count);
-  hub_lists_.build(graph_, copy_budget_);
-  advise_storage();
+  const bool appended_above = old_m > 0 && count > 0 && lowest > max_endpoint_;
+  for (int64_t i = 0; i < count; ++i) max_endpoint_ = std::max({max_endpoint_, src[i], dst[i]});
+  if (appended_above) {
+    hub_lists_.extend(graph_, copy_budget_, lowest);  // older nodes' lists are unchanged
+  } else {
+    hub_lists_.build(graph_, copy_budget_);
+    advise_storage();
+  }
 }
 
 void KnowledgeGraph::set_copy_budget(double bytes_per_edge) {
@@ -146,7 +170,7 @@ void KnowledgeGraph::bulk_load_edges(int64_t m, const int64_t* src, const int64_
   igraph_integer_t* from = VECTOR(graph_.from);
   igraph_integer_t* to = VECTOR(graph_.to);
   std::copy(src, src + m, from);
-  std::copy(dst, dst + m, to);
+  std::copy(dst, dst + m, to);  // (add_edges updates max_endpoint_ after)
   // The two orders are independent: one thread each (this also spreads the kernel's zeroing of
   // the fresh pages they fill, about half of a large build).
   parallel_workers(2, m >= (int64_t{1} << 16) ? 2 : 1, [&](int64_t task, int) {
@@ -154,6 +178,33 @@ void KnowledgeGraph::bulk_load_edges(int64_t m, const int64_t* src, const int64_
     else order_edges(to, from, n, m, VECTOR(graph_.ii), VECTOR(graph_.is));
   });
   igraph_invalidate_cache(&graph_);
+}
+
+// Edges whose endpoints all lie above every endpoint of the edges already stored (a new
+// document's edges among its own new nodes): ordered by (from, to, id) they all come after the
+// old edges in oi and ii, and only the start entries of their vertices change, so they are
+// appended in O(count + vertices they span) instead of igraph_add_edges' re-sort of all edges.
+// The result is the structure igraph_add_edges (and bulk_load_edges) would build.
+void KnowledgeGraph::append_edges_above(int64_t count, const int64_t* src, const int64_t* dst, int64_t lowest) {
+  const int64_t n = n_nodes(), m = n_edges(), span = n - lowest;
+  const igraph_integer_t* was = VECTOR(graph_.from);
+  for (igraph_vector_int_t* v : {&graph_.from, &graph_.to, &graph_.oi, &graph_.ii}) {
+    reserve_geometric(v, m + count);
+    check_igraph(igraph_vector_int_resize(v, m + count), "igraph_vector_int_resize");
+  }
+  igraph_integer_t* from = VECTOR(graph_.from) + m;
+  igraph_integer_t* to = VECTOR(graph_.to) + m;
+  std::vector<igraph_integer_t> a(count), b(count), order(count), start(span + 1);
+  for (int64_t i = 0; i < count; ++i) from[i] = src[i], to[i] = dst[i], a[i] = src[i] - lowest, b[i] = dst[i] - lowest;
+  for (int pass = 0; pass < 2; ++pass) {
+    order_edges(pass == 0 ? a.data() : b.data(), pass == 0 ? b.data() : a.data(), span, count, order.data(), start.data());
+    igraph_integer_t* index = VECTOR(pass == 0 ? graph_.oi : graph_.ii) + m;
+    igraph_integer_t* starts = VECTOR(pass == 0 ? graph_.os : graph_.is) + lowest;
+    for (int64_t j = 0; j < count; ++j) index[j] = m + order[j];
+    for (int64_t v = 0; v <= span; ++v) starts[v] = m + start[v];
+  }
+  igraph_invalidate_cache(&graph_);
+  if (VECTOR(graph_.from) != was) advise_storage();  // the vectors grew into new memory
 }
 
 std::vector<int64_t> KnowledgeGraph::igraph_neighbors_of(int64_t v, int mode) const {

@@ -140,6 +140,7 @@ class KnowledgeGraph {
 
  private:
   void bulk_load_edges(int64_t m, const int64_t* src, const int64_t* dst);
+  void append_edges_above(int64_t count, const int64_t* src, const int64_t* dst, int64_t lowest);
   void advise_storage();  // huge pages for the arrays expansion reads at random
 
   igraph_t graph_;
@@ -153,6 +154,7 @@ class KnowledgeGraph {
   double copy_budget_ = HubLists::kDefaultBytesPerEdge;
   std::vector<int64_t> group_offsets_, group_members_;  // members of each group, ascending
   int64_t max_doc_ = -1;
+  int64_t max_endpoint_ = -1;  // largest node id any stored edge touches (-1: no edges)
   mutable std::shared_mutex mutex_;  // expansions share; mutations are exclusive
   mutable ScratchPool scratch_pool_;
 };

@@ -25,6 +25,11 @@ class HubLists {
 
   // Rebuilds from the graph's current index vectors.
   void build(const igraph_t& graph, double bytes_per_edge);
+  // After edges were appended among nodes that are all >= the node count of the last build or
+  // extend (no older node's lists changed): copies the new nodes' lists that reach the current
+  // shortest copied length, in O(new nodes + their edges); rebuilds when that would pass the
+  // budget or the precondition does not hold. Lookups give the same lists either way.
+  void extend(const igraph_t& graph, double bytes_per_edge, int64_t lowest_new);
 
   // u's out-neighbours in oi order followed by its in-neighbours in ii order, or nullptr when
   // u's lists are not copied.
@@ -46,6 +51,8 @@ class HubLists {
   std::vector<int32_t> rank_base_;  // [ceil(n / 64)] hubs with a smaller id than the word's first node
   std::vector<int64_t> start_;      // [hubs + 1] where each hub's copy begins in ids_
   std::vector<int32_t> ids_;
+  int64_t covered_ = 0;     // nodes the tables cover
+  int64_t min_length_ = 0;  // shortest copied length chosen by the last build
 };
 
 }  // namespace colgraph

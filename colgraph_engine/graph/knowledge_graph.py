@@ -171,7 +171,9 @@ class KnowledgeGraph:
         first = self.n_nodes
         self._impl.add_nodes(kind_arr, doc_arr, weight_arr)
         if names is not None:
-            self.node_names = (self.node_names or []) + names
+            if self.node_names is None:
+                self.node_names = []
+            self.node_names.extend(names)  # in place: appending a few names must not copy them all
         return np.arange(first, first + k, dtype=np.int64)
 
     def add_edges(self, src, dst, kind=None, weight=None) -> np.ndarray:
