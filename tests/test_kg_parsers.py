@@ -196,9 +196,17 @@ def test_five_field_entity_not_shaped_like_relation_is_an_error():
 
 
 def test_relation_mislabelled_as_entity_tuple():
-    r = parse_extraction('("entity"<|>"A"<|>"B"<|>"A knows B"<|>"acquaintance"<|>5)<|COMPLETE|>')
+    # Reclassified only because B is declared by an entity record (as the line-format parser does).
+    text = ('("entity"<|>"B"<|>"person"<|>"Someone")##\n'
+            '("entity"<|>"A"<|>"B"<|>"A knows B"<|>"acquaintance"<|>5)<|COMPLETE|>')
+    r = parse_extraction(text)
     assert [(x.source, x.target, x.keywords, x.weight) for x in r.relations] == [("A", "B", "acquaintance", 5.0)]
+    assert [e.name for e in r.entities] == ["B"]
     assert reasons(r) == ["reclassified entity as relation"]
+    # Without the declaration it is an entity of type B with extra fields (upstream's reading).
+    r = parse_extraction('("entity"<|>"A"<|>"B"<|>"A knows B"<|>"acquaintance"<|>5)<|COMPLETE|>')
+    assert [(e.name, e.type, e.description) for e in r.entities] == [("A", "B", "A knows B")] and r.relations == ()
+    assert reasons(r) == ["extra fields ignored"]
 
 
 def test_self_loop_skipped_in_both_modes():
@@ -241,22 +249,42 @@ def test_weight_parsing_tolerant(raw, expected):
     assert r.relations[0].weight == expected and r.issues == ()
 
 
-@pytest.mark.parametrize("raw", ["high", "", "nan", "-1"])
-def test_weight_non_numeric_is_an_issue(raw):
+@pytest.mark.parametrize("raw", ["-1", "1e999", "-0.5"])
+def test_weight_numeric_but_invalid_is_an_issue(raw):
     r = parse_extraction(f'("relationship"<|>"A"<|>"B"<|>"desc"<|>{raw})<|COMPLETE|>')
     assert r.relations == () and r.skipped == 1
-    assert r.issues[0].reason in ("non-numeric weight", "invalid weight")
+    assert r.issues[0].reason == "invalid weight"
+
+
+@pytest.mark.parametrize("raw", ["N/A", "nan", "none", '"n/a"'])
+def test_weight_placeholder_is_one_with_a_warning(raw):
+    r = parse_extraction(f'("relationship"<|>"A"<|>"B"<|>"desc"<|>{raw})<|COMPLETE|>', strict=True)
+    assert [(x.source, x.target, x.keywords, x.weight) for x in r.relations] == [("A", "B", "", 1.0)]
+    assert reasons(r) == ["default weight"] and r.issues[0].severity == "warning"
+    # an empty last field is a dangling delimiter, then an absent weight
+    r = parse_extraction('("relationship"<|>"A"<|>"B"<|>"desc"<|>)<|COMPLETE|>', strict=True)
+    assert r.relations[0].weight == 1.0 and reasons(r) == ["dangling delimiter", "default weight"]
 
 
 def test_missing_completion_marker():
+    # Whole records without the marker: kept, a warning, strict mode accepts them.
     text = fixture("fuji.txt").replace("<|COMPLETE|>", "")
     r = parse_extraction(text)
-    assert not r.complete and reasons(r) == ["no completion marker"]
+    assert not r.complete and reasons(r) == ["no completion marker"] and r.issues[0].severity == "warning"
     assert len(r.entities) == 4 and len(r.relations) == 3 and r.skipped == 0  # records kept
-    with pytest.raises(ExtractionFormatError, match="no completion marker"):
-        parse_extraction(text, strict=True)
+    assert parse_extraction(text, strict=True).entities == r.entities
     r = parse_extraction(fixture("fuji_legacy.txt").replace("<|COMPLETE|>", ""))
-    assert not r.complete and len(r.relations) == 3
+    assert not r.complete and len(r.relations) == 3 and r.errors == ()
+    # A last record cut in the middle: the answer was cut off, an error.
+    cut = fixture("fuji.txt").replace("<|COMPLETE|>", "")
+    cut = cut[:cut.rindex("<|#|>")]
+    r = parse_extraction(cut)
+    assert [i.reason for i in r.errors] == ["wrong field count", "no completion marker"]
+    with pytest.raises(ExtractionFormatError, match="wrong field count"):
+        parse_extraction(cut, strict=True)
+    cut = fixture("fuji_legacy.txt").split("<|COMPLETE|>")[0][:-40]
+    r = parse_extraction(cut)
+    assert [i.reason for i in r.errors] == ["unclosed record", "no completion marker"]
 
 
 def test_text_after_completion_marker_is_reported():

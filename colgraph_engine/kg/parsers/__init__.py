@@ -37,7 +37,10 @@ from __future__ import annotations
 import re
 
 from ..records import ParseResult
-from ._common import _DELIM, CURRENT_DELIMITER, TUPLE_DELIMITER, _check_args, _Collector
+from ._common import (
+    _COMPLETE, _DELIM, CURRENT_DELIMITER, TUPLE_DELIMITER, _blank_fences, _check_args, _Collector, _strip_reasoning,
+    _without_reasoning,
+)
 from .json_mode import _parse_json
 from .lightrag import _parse_lightrag
 from .scene import _parse_scene_graph
@@ -90,8 +93,19 @@ def parse_extraction(text: str, *, strict: bool = False, dialect: str | None = N
     else:
         dialect = detect_dialect(text)
     if dialect is None:
-        return _Collector(text, strict).finish(None, complete=False, no_records_check=True)
+        return _no_dialect(text, strict)
     return _PARSERS[dialect](text, strict, dialect)
+
+
+def _no_dialect(text: str, strict: bool) -> ParseResult:
+    """A response with no record of any dialect: valid and empty when it is only a completion
+    marker (after reasoning and code fences), otherwise an error (``no records``)."""
+    col = _Collector(text, strict)
+    body = _blank_fences(_strip_reasoning(col, text))
+    marker = _COMPLETE.search(body)
+    if marker is not None and not (body[:marker.start()] + body[marker.end():]).strip():
+        return col.finish(None, complete=True, no_records_check=False)
+    return col.finish(None, complete=False, no_records_check=True)
 
 
 def parse_scene_graph(text: str, strict: bool = False) -> ParseResult:
@@ -110,6 +124,8 @@ def detect_dialect(text: str) -> str | None:
     """Guesses the dialect of one response, or ``None`` if it has no recognisable record."""
     if not isinstance(text, str):
         raise TypeError(f"text: expected str, got {type(text).__name__}")
+    # Records written while "thinking" are drafts, not the answer: they do not vote.
+    text = _without_reasoning(text)[0]
     # JSON first: descriptions inside JSON may quote other formats, the reverse is rare.
     if _JSON_KEYS.search(text):
         return "lightrag_json"

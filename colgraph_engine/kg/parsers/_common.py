@@ -35,6 +35,11 @@ _DELIM = re.compile(
 _COMPLETE = re.compile(r"<\|?\s*COMPLETE\s*\|?>", re.IGNORECASE)
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w-]*[ \t]*$", re.MULTILINE)
 _BULLET = re.compile(r"^\s*(?:[-*]\s+)?")
+# Reasoning blocks of "thinking" models (DeepSeek-R1, Qwen3, ...). Exact tags, no inner
+# whitespace, so that a run of spaces after "<" costs nothing.
+_THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
+# A strength/score field that spells a number (what ``float`` reads, minus "nan"/"inf" words).
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 # Python refuses to convert longer digit strings (sys.get_int_max_str_digits, default 4300)
@@ -86,6 +91,7 @@ class _Collector:
         self.unlisted = 0           # issues past MAX_LISTED_ISSUES
         self.unlisted_errors = 0
         self.unlisted_last: Position | None = None
+        self.last_ok = False        # whether the last record read was well formed (kept or skipped by rule)
 
     def pos(self, offset: int) -> Position:
         return (bisect.bisect_right(self._line_starts, offset), offset)
@@ -105,6 +111,7 @@ class _Collector:
         """Drops a record: an ``error`` (malformed) or a ``skip`` (dropped by rule)."""
         self._note((pos, reason, raw, severity, detail), severity)
         self.skipped += 1
+        self.last_ok = severity != "error"
 
     def number(self, value: str, pos: Position, raw: str, what: str) -> float | None:
         """Tolerant float parsing ("8", "8.0", " 0.9 ", '"7"'); rejects the record otherwise."""
@@ -119,6 +126,20 @@ class _Collector:
             return None
         return number
 
+    def weight(self, value: str | None, pos: Position, raw: str, what: str = "weight") -> float | None:
+        """A relation strength or mapping score: a number written as digits is read (and must be
+        finite and >= 0, else the record is rejected); anything else (absent, empty, ``N/A``,
+        ``high``, ``nan``) is 1.0 with a ``default weight`` warning.
+
+        1.0 is what LightRAG, nano-graphrag and mKG-RAG use when the last field is not a number
+        (``is_float_regex`` fails); GraphRAG does the same when ``float()`` fails.
+        """
+        cleaned = "" if value is None else clean_field(value)
+        if _NUMBER.fullmatch(cleaned):
+            return self.number(cleaned, pos, raw, what)
+        self.warn(pos, f"default {what}", raw, "absent" if value is None else f"got {cleaned!r}; read as 1.0")
+        return 1.0
+
     def add_entity(self, pos: Position, raw: str, name: str, type_: str, description: str) -> None:
         name, type_, description = clean_field(name), clean_field(type_), clean_field(description)
         if not normalize_name(name):
@@ -130,6 +151,7 @@ class _Collector:
         if not description:
             self.warn(pos, "empty description", raw, f"entity {name!r}")
         self.entities.append(EntityRecord(name, type_, description, pos))
+        self.last_ok = True
 
     def add_relation(self, pos: Position, raw: str, source: str, target: str, keywords: str,
                      description: str, weight: float | None) -> None:
@@ -143,8 +165,12 @@ class _Collector:
             self.reject(pos, "self-loop", raw, f"{source!r} -> {target!r}", severity="skip")
             return
         self.relations.append(RelationRecord(source, target, clean_field(keywords), clean_field(description), weight, pos))
+        self.last_ok = True
 
     def finish(self, dialect: str | None, complete: bool, no_records_check: bool = True) -> ParseResult:
+        """Builds the result. ``no_records_check``: an answer with no record at all is an error
+        (pass ``False`` where the answer says itself that it is empty and whole: a completion
+        marker, or JSON with its lists present and empty)."""
         found = self.entities or self.relations or self.mappings or self.objects or self.scene_relations
         if no_records_check and not found and not self.skipped and not self.ignored:
             self.issues.append(ParseIssue(self.pos(0), "no records", self.text[:200], "error",
@@ -171,17 +197,81 @@ def _blank_fences(text: str) -> str:
 
 
 def _cut_at_completion(col: _Collector, text: str) -> tuple[str, bool]:
-    """Returns the text before the completion marker and whether the marker was there."""
+    """Returns the text before the completion marker and whether the marker was there.
+
+    A missing marker is judged once the records are read: see :func:`_judge_completion`.
+    """
     match = _COMPLETE.search(text)
     if match is None:
-        col.issues.append(ParseIssue(col.pos(len(text)), "no completion marker", text[-80:], "error",
-                                     "the response may have been cut off"))
         return text, False
     tail = text[match.end():]
     if tail.strip():
         col.warn(col.pos(match.end()), "text after completion marker", tail.strip()[:200], "ignored")
     # Keep the length so that offsets stay valid.
     return text[:match.start()] + " " * (len(text) - match.start()), True
+
+
+def _judge_completion(col: _Collector, text: str, complete: bool) -> None:
+    """Reports a missing completion marker: a ``warning`` when records were read and the last
+    one is whole (the answer most likely just left the marker out; mKG-RAG's paper figure does),
+    an ``error`` when the last record is malformed (the answer was probably cut off) or when
+    nothing was read."""
+    if complete:
+        return
+    whole = col.last_ok and bool(col.entities or col.relations or col.mappings or col.ignored or col.skipped)
+    col.issues.append(ParseIssue(col.pos(len(text)), "no completion marker", text[-80:],
+                                 "warning" if whole else "error",
+                                 "the records read are whole" if whole else "the response may have been cut off"))
+
+
+def _without_reasoning(text: str) -> tuple[str, list[tuple[int, int]], int | None]:
+    """Blanks the reasoning of "thinking" models, keeping every offset valid.
+
+    Returns ``(text with each reasoning span replaced by spaces, the spans, offset of an
+    unclosed <think> or None)``. A span is ``<think>...</think>`` (or ``<thinking>``), or, when
+    the first tag is a closing one (APIs that strip the opening tag), everything before it. An
+    opening tag never closed is blanked alone and reported: the answer is then read as written.
+    One pass over the tags; linear time.
+    """
+    spans: list[tuple[int, int]] = []
+    opened: int | None = None
+    first = True
+    for tag in _THINK_TAG.finditer(text):
+        closing = bool(tag.group(1))
+        if not closing:
+            if opened is None:
+                opened = tag.start()
+        elif opened is not None:
+            spans.append((opened, tag.end()))
+            opened = None
+        elif first:
+            spans.append((0, tag.end()))
+        else:
+            spans.append(tag.span())  # a stray closing tag
+        first = False
+    unclosed = opened
+    if unclosed is not None:
+        spans.append((unclosed, text.index(">", unclosed) + 1))
+    if not spans:
+        return text, spans, None
+    pieces, at = [], 0
+    for start, end in spans:
+        pieces += [text[at:start], " " * (end - start)]
+        at = end
+    pieces.append(text[at:])
+    return "".join(pieces), spans, unclosed
+
+
+def _strip_reasoning(col: _Collector, text: str) -> str:
+    """:func:`_without_reasoning`, with a warning per span (what was left out is never silent)."""
+    blanked, spans, unclosed = _without_reasoning(text)
+    for start, end in spans:
+        if start == unclosed:
+            col.warn(col.pos(start), "unclosed reasoning", text[start:end], "<think> never closed; only the tag removed")
+        else:
+            col.warn(col.pos(start), "reasoning removed", text[start:start + 80],
+                     f"{end - start} characters of <think> not parsed")
+    return blanked
 
 
 def _split_fields(body: str, clean: str) -> tuple[list[str], list[str]]:

@@ -5,12 +5,25 @@ import json
 import re
 
 from ..records import ParseResult, Position
-from ._common import _MAX_INDEX_DIGITS, _Collector
+from ._common import _MAX_INDEX_DIGITS, _Collector, _strip_reasoning
+
+
+# Key spellings, first found wins: LightRAG's JSON mode, the ``entity_name`` / ``source_entity``
+# / ``target_entity`` keys of LightRAG's JSON prompt of 2024 (and of prompts copied from it),
+# fast-graphrag's ``desc``, and ``src_id`` / ``tgt_id`` as LightRAG stores edges.
+_ENTITY_KEYS = (("name", "entity_name", "entity"), ("type", "entity_type"),
+                ("description", "entity_description", "desc"))
+_RELATION_KEYS = (("source", "source_entity", "src_id", "src"), ("target", "target_entity", "tgt_id", "tgt"),
+                  ("description", "relationship_description", "relation_description", "desc"))
+_KEYWORD_KEYS = ("keywords", "relationship_keywords", "relation_keywords")
+_WEIGHT_KEYS = ("weight", "strength", "relationship_strength", "relation_strength")
+# fast-graphrag answers relations in two lists; both are relations.
+_RELATION_LISTS = ("relationships", "relations", "other_relationships")
 
 
 def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
     col = _Collector(text, strict)
-    start, data, error = _find_json(text)
+    start, data, error = _find_json(_strip_reasoning(col, text))
     if error is not None:
         col.reject(col.pos(start), "invalid JSON", text[start:start + 200], error)
         return col.finish(dialect, complete=False, no_records_check=False)
@@ -19,8 +32,8 @@ def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
         col.reject(pos0, "invalid JSON", text[start:start + 200], f"expected an object, got {type(data).__name__}")
         return col.finish(dialect, complete=False, no_records_check=False)
     entities = data.get("entities", [])
-    relations = data.get("relationships", data.get("relations", []))
-    for key, items in (("entities", entities), ("relationships", relations)):
+    relation_lists = [(key, data[key]) for key in _RELATION_LISTS if key in data]
+    for key, items in (("entities", entities), *relation_lists):
         if not isinstance(items, list):
             col.reject(pos0, "wrong JSON shape", _dumps(items, ensure_ascii=True)[:200], f"{key!r} must be a list")
     if isinstance(entities, list):
@@ -29,23 +42,43 @@ def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
             if not isinstance(item, dict):  # (the check _json_fields would make, without the call)
                 col.reject((i, start), "wrong JSON shape", raw, f"expected an object, got {type(item).__name__}")
                 continue
-            fields = _json_fields(col, (i, start), item, raw, ("name", "type", "description"), ())
+            fields = _json_fields(col, (i, start), item, raw, _ENTITY_KEYS, ())
             if fields is not None:
                 col.add_entity((i, start), raw, *fields)
-    if isinstance(relations, list):
-        for i, item in enumerate(relations):
+    offset = 0  # relation positions count on across the lists
+    for _, items in relation_lists:
+        if not isinstance(items, list):
+            continue
+        for i, item in enumerate(items, offset):
             pos, raw = (i, start), _dumps(item)
-            fields = _json_fields(col, pos, item, raw, ("source", "target", "description"), ("keywords",))
+            fields = _json_fields(col, pos, item, raw, _RELATION_KEYS, (_KEYWORD_KEYS,))
             if fields is None:
                 continue
             weight = None
-            if isinstance(item, dict) and item.get("weight") is not None:
-                weight = col.number(_text(item["weight"]), pos, raw, "weight")
+            value = _first(item, _WEIGHT_KEYS)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                weight = col.number(_text(value), pos, raw, "weight")  # a JSON number: judged as one
+                if weight is None:
+                    continue
+            elif value is not None:
+                weight = col.weight(_text(value), pos, raw)
                 if weight is None:
                     continue
             source, target, description, keywords = fields
             col.add_relation(pos, raw, source, target, keywords, description, weight)
-    return col.finish(dialect, complete=True)
+        offset += len(items)
+    # {"entities": [], "relationships": []} is a whole, empty answer, not a missing one.
+    listed = isinstance(entities, list) and "entities" in data or any(isinstance(v, list) for _, v in relation_lists)
+    return col.finish(dialect, complete=True, no_records_check=not listed)
+
+
+def _first(item: dict, keys: tuple[str, ...]):
+    """The value of the first of ``keys`` that ``item`` holds with a non-null value, else None."""
+    for key in keys:
+        value = item.get(key)
+        if value is not None:
+            return value
+    return None
 
 
 def _find_json(text: str) -> tuple[int, object, str | None]:
@@ -102,20 +135,22 @@ def _dumps(value: object, ensure_ascii: bool = False) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _json_fields(col: _Collector, pos: Position, item: object, raw: str, required: tuple[str, ...],
-                 optional: tuple[str, ...]) -> list[str] | None:
+def _json_fields(col: _Collector, pos: Position, item: object, raw: str, required: tuple[tuple[str, ...], ...],
+                 optional: tuple[tuple[str, ...], ...]) -> list[str] | None:
+    """The string values of ``required`` then ``optional`` fields, each given by its accepted key
+    spellings; a missing optional field is ``""``; keywords may be a list of strings."""
     if not isinstance(item, dict):
         col.reject(pos, "wrong JSON shape", raw, f"expected an object, got {type(item).__name__}")
         return None
     values = []
-    for key in required + optional:
-        value = item.get(key)
-        if value is None and key in optional:
+    for keys in required + optional:
+        value = _first(item, keys)
+        if value is None and keys in optional:
             value = ""
-        if isinstance(value, list) and key == "keywords" and all(isinstance(v, str) for v in value):
+        if isinstance(value, list) and keys in optional and all(isinstance(v, str) for v in value):
             value = ", ".join(value)
         if not isinstance(value, str):
-            col.reject(pos, "wrong JSON shape", raw, f"{key!r} must be a string, got {type(value).__name__}")
+            col.reject(pos, "wrong JSON shape", raw, f"{keys[0]!r} must be a string, got {type(value).__name__}")
             return None
         values.append(value)
     return values

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ..records import ParseResult, Position, SceneObject, SceneRelation, clean_field
-from ._common import _MAX_INDEX_DIGITS, _blank_fences, _Collector, _index, _records_by_line
+from ._common import _MAX_INDEX_DIGITS, _blank_fences, _Collector, _index, _records_by_line, _strip_reasoning
 
 _OBJ = r"<\s*object[-_ ]?(\d+)\s*>"
 # Only the fixed-shape heads are regexes; the free-text middle of a line (category, predicate)
@@ -64,7 +64,7 @@ def _split_relation(content: str) -> tuple[str, str, str, str] | None:
 
 def _parse_scene_graph(text: str, strict: bool, dialect: str) -> ParseResult:
     col = _Collector(text, strict)
-    body = _blank_fences(text)
+    body = _blank_fences(_strip_reasoning(col, text))
     objects: dict[int, SceneObject] = {}
     pending: list[tuple[Position, str, int, int, str, int]] = []
     for pos, raw, content in _records_by_line(col, body):
