@@ -48,6 +48,15 @@ def _count_chars(text: str) -> int:
     return sum(1 for c in text if not c.isspace())
 
 
+def clean_layer_text(text: str) -> str:
+    """PDFium text-layer text with ``"\\n"`` line ends and hyphens restored.
+
+    PDFium ends lines with ``"\\r\\n"`` and turns a hyphen at a line break into U+FFFE while
+    dropping the break (``"eight-in\\ufffeten"``); restoring the hyphen keeps words intact.
+    """
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufffe", "-")
+
+
 def _ocr_text(ocr: Callable, image) -> str:
     """Text from an OCR callable's result: an object with a ``.text`` str, or a str."""
     out = ocr(image)
@@ -178,9 +187,7 @@ def _read_page(doc, number: int, doc_id: str, scale: float, with_images: bool,
             text = textpage.get_text_range()
         finally:
             textpage.close()
-        # PDFium ends lines with "\r\n" and turns a hyphen at a line break into U+FFFE while
-        # dropping the break ("eight-in\ufffeten"); restoring the hyphen keeps words intact.
-        text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufffe", "-")
+        text = clean_layer_text(text)
         n_layer = _count_chars(text)
         source = "layer" if n_layer else "none"
 

@@ -1,0 +1,187 @@
+"""Which reader reads a file, and a deterministic walk over a folder.
+
+:func:`read_path` picks the reader by suffix, and by content where the suffix lies or is
+unknown (magic bytes: ``%PDF-`` within the first KiB, the PNG signature, JPEG's ``FF D8 FF``,
+``RIFF....WEBP``). :func:`iter_folder` yields one :class:`ReadResult` per file, in sorted
+relative-path order, with the relative POSIX path as the document id; sidecars of images,
+hidden files and folders, and unknown suffixes come back as ``kind == "skipped"`` results with
+a ``skip`` issue. Nothing a file contains makes these functions raise; bad *arguments* do.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .image import IMAGE_SUFFIXES, MAX_IMAGE_PIXELS, SIDECAR_ENDINGS, read_image
+from .pdf import _check_args as _check_pdf_args
+from .pdf import read_pdf
+from .records import CACHE_SUFFIXES, RECORD_FILE_ENDINGS, read_records
+from .result import ReadIssue, ReadResult, resolve
+from .text import MARKDOWN_SUFFIXES, TEXT_SUFFIXES, read_text
+
+READERS = {"pdf": read_pdf, "image": read_image, "text": read_text, "records": read_records}
+_OPTIONS = {kind: {name for name, p in inspect.signature(f).parameters.items()
+                   if p.kind == p.KEYWORD_ONLY and name != "doc_id"} for kind, f in READERS.items()}
+# Sidecar endings that are never documents of their own (a bare ".txt" is a sidecar only next
+# to an image with the same stem).
+_SIDECAR_ONLY = tuple(e for e in SIDECAR_ENDINGS if e != ".txt")
+
+
+def kind_by_name(name: str) -> str | None:
+    """The reader kind a file name asks for (``pdf``, ``image``, ``text``, ``records``), or None."""
+    lower = name.lower()
+    if lower.endswith(RECORD_FILE_ENDINGS) or lower.endswith(CACHE_SUFFIXES):
+        return "records"
+    suffix = os.path.splitext(lower)[1]
+    if suffix == ".pdf":
+        return "pdf"
+    if suffix in IMAGE_SUFFIXES:
+        return "image"
+    if suffix in TEXT_SUFFIXES or suffix in MARKDOWN_SUFFIXES:
+        return "text"
+    return None
+
+
+def kind_by_content(path: Path) -> str | None:
+    """``pdf`` or ``image`` from the file's first bytes, or None (unreadable, empty or other)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return None
+    if b"%PDF-" in head:
+        return "pdf"
+    if head.startswith(b"\x89PNG\r\n\x1a\n") or head.startswith(b"\xff\xd8\xff") or (
+            head[:4] == b"RIFF" and head[8:12] == b"WEBP"):
+        return "image"
+    return None
+
+
+def check_options(options: dict) -> None:
+    """TypeError / ValueError naming the option unless every reader option is known and usable."""
+    known = set().union(*_OPTIONS.values())
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown reader option(s) {unknown}; known: {sorted(known)}")
+    pdf = {"ocr": None, "scale": 1.0, "ocr_scale": None, "min_text_chars": 20, "sections": "headings",
+           "render_pages": True, "extract_images": True, "progress": False}
+    pdf.update({k: v for k, v in options.items() if k in pdf})
+    _check_pdf_args(**pdf)
+    max_pixels = options.get("max_pixels", MAX_IMAGE_PIXELS)
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
+        raise ValueError(f"max_pixels: expected an int >= 1, got {max_pixels!r}")
+    for name in ("sidecars",):
+        if name in options and not isinstance(options[name], bool):
+            raise TypeError(f"{name}: expected bool, got {type(options[name]).__name__}")
+    if options.get("markdown") is not None and not isinstance(options["markdown"], bool):
+        raise TypeError(f"markdown: expected bool or None, got {type(options['markdown']).__name__}")
+
+
+def read_path(path: str | os.PathLike, *, doc_id: str | None = None, **options) -> ReadResult:
+    """Reads one file with the reader its suffix (or content) calls for.
+
+    ``options`` are the readers' keyword arguments (``ocr``, ``render_pages``, ``scale``,
+    ``ocr_scale``, ``extract_images``, ``min_text_chars``, ``sections``, ``progress``,
+    ``max_pixels``, ``sidecars``, ``markdown``); each reader takes the ones it knows.
+    """
+    check_options(options)
+    path, doc_id = resolve(path, doc_id)
+    return _read(path, doc_id, options)
+
+
+def _read(path: Path, doc_id: str, options: dict) -> ReadResult:
+    by_name = kind_by_name(path.name)
+    by_content = kind_by_content(path) if path.is_file() else None
+    kind, note = by_name, None
+    if by_content is not None and by_content != by_name:
+        kind = by_content
+        note = (f"the suffix {path.suffix!r} does not match the content, which is a {by_content.upper()} file; "
+                f"read as {by_content}")
+    if kind is None:
+        result = ReadResult(path, doc_id, "skipped")
+        result.issue(f"unknown file type {path.suffix or '(no suffix)'!r}; skipped", "skip")
+        return result
+    reader = READERS[kind]
+    try:
+        result = reader(path, doc_id=doc_id, **{k: v for k, v in options.items() if k in _OPTIONS[kind]})
+    except Exception as e:  # a reader bug must not abort a batch; report it against the file
+        result = ReadResult(path, doc_id, kind)
+        result.fail(f"unexpected error while reading ({type(e).__name__}: {e})")
+    if note is not None:
+        result.issues.insert(0, ReadIssue(doc_id, note, "warning"))
+    return result
+
+
+def iter_folder(folder: str | os.PathLike, *, recursive: bool = True, include_hidden: bool = False,
+                **options) -> Iterator[ReadResult]:
+    """One :class:`ReadResult` per file under ``folder``, sorted by relative path.
+
+    Args:
+        folder: the folder to walk (symbolic links to folders are not followed).
+        recursive: descend into sub-folders.
+        include_hidden: read names starting with ``.`` too (default: skipped, reported).
+        options: reader options, as for :func:`read_path` (checked before the walk starts).
+    """
+    check_options(options)
+    for name, v in (("recursive", recursive), ("include_hidden", include_hidden)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{name}: expected bool, got {type(v).__name__}")
+    root, _ = resolve(folder, "folder", what="folder")
+    if not root.is_dir():
+        raise ValueError(f"folder: not a directory: {root}")
+    for rel in _walk(root, recursive, include_hidden):
+        path = root / rel
+        doc_id = rel.as_posix()
+        reason = _skip_reason(path, rel, include_hidden)
+        if reason is not None:
+            result = ReadResult(path, doc_id, "skipped")
+            result.issue(reason, "skip")
+            yield result
+            continue
+        yield _read(path, doc_id, options)
+
+
+def read_folder(folder: str | os.PathLike, **options) -> list[ReadResult]:
+    """``list(iter_folder(folder, **options))``."""
+    return list(iter_folder(folder, **options))
+
+
+def _walk(root: Path, recursive: bool, include_hidden: bool) -> list[Path]:
+    """Relative paths of the files under ``root``; a hidden folder is one entry (not entered)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath).relative_to(root)
+        if not include_hidden:
+            out.extend(here / d for d in dirnames if d.startswith("."))
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        out.extend(here / name for name in filenames)
+        if not recursive:
+            dirnames.clear()
+    return sorted(out, key=lambda p: p.as_posix())
+
+
+def _skip_reason(path: Path, rel: Path, include_hidden: bool) -> str | None:
+    if not include_hidden and any(part.startswith(".") for part in rel.parts):
+        return "hidden folder; not entered" if path.is_dir() else "hidden file; skipped"
+    lower = path.name.lower()
+    for ending in SIDECAR_ENDINGS:
+        if lower.endswith(ending):
+            stem = path.name[: len(path.name) - len(ending)]
+            image = next((path.with_name(stem + s) for s in _case_variants(IMAGE_SUFFIXES)
+                          if path.with_name(stem + s).is_file()), None)
+            if image is not None:
+                return f"sidecar of {image.name}; read with it"
+            if ending in _SIDECAR_ONLY:
+                return f"sidecar ({ending}) with no image named {stem}.jpg/.jpeg/.png/.webp beside it; skipped"
+            break
+    if not path.is_file():
+        return "not a regular file; skipped"
+    if kind_by_name(path.name) is None and kind_by_content(path) is None:
+        return f"unknown file type {path.suffix or '(no suffix)'!r}; skipped"
+    return None
+
+
+def _case_variants(suffixes):
+    return [v for s in suffixes for v in (s, s.upper())]
