@@ -484,6 +484,53 @@ class PackedStore:
         store._next_id = max(next_id if isinstance(next_id, int) else 0, int(ids.max()) + 1 if n else 0)
         return store.to(device)
 
+    # -- stores over tensors that already hold the values (e.g. memory-mapped files) -------
+    @classmethod
+    def wrap(cls, values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, *,
+             normalize: bool = False) -> PackedStore:
+        """A store whose ``values [T, d]`` are `values` itself, not a copy (e.g. a tensor over a
+        memory-mapped file: pages load on first touch). `offsets` ``[N+1]`` int64, `ids` ``[N]``
+        unique non-negative int64; every item is alive. The caller must not change `values`
+        afterwards. Values are not checked for NaN/inf here (as in :meth:`load`, they come from
+        a checked source). A later :meth:`add` copies into a buffer of its own."""
+        if not isinstance(values, torch.Tensor) or values.dim() != 2:
+            raise TypeError("values: expected a [T, d] tensor")
+        store = cls(int(values.shape[1]), values.dtype, values.device, normalize)
+        offsets = check_offsets(offsets, values.shape[0], values.device, "offsets")
+        ids = _as_id_tensor(ids, "ids").to(values.device)
+        if ids.numel() != offsets.numel() - 1:
+            raise ValueError(f"ids: expected {offsets.numel() - 1} ids (one per item), got {ids.numel()}")
+        if ids.numel() and (int(ids.min()) < 0 or torch.unique(ids).numel() != ids.numel()):
+            raise ValueError("ids: expected unique non-negative ids")
+        store._buf = values
+        store._snap = StoreSnapshot(values, offsets, ids, torch.ones(ids.numel(), dtype=torch.bool, device=values.device),
+                                    int(ids.max()) + 1 if ids.numel() else 0, ids.numel())
+        return store
+
+    def extend_wrapped(self, values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor) -> None:
+        """Appends items whose rows already follow the current ``T`` rows in `values`, without
+        copying: `values` ``[T + t, d]`` must begin with the current rows, unchanged (e.g. a
+        longer mapping of the same append-only file), `offsets` ``[k+1]`` are the new items'
+        offsets into the ``t`` new rows (from 0 to t), `ids` ``[k]`` new unique ids. Nothing
+        changes when a check fails; readers see the store before or after the whole batch."""
+        if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.shape[1] != self.dim \
+                or values.dtype != self.dtype or values.device != self.device:
+            raise ValueError(f"values: expected a [T, {self.dim}] {self.dtype} tensor on {self.device}")
+        with self._write_lock:
+            snap = self._snap
+            t_old = snap.values.shape[0]
+            if values.shape[0] < t_old:
+                raise ValueError(f"values: expected at least the store's {t_old} rows, got {values.shape[0]}")
+            offsets = check_offsets(offsets, values.shape[0] - t_old, self.device, "offsets")
+            k = offsets.numel() - 1
+            new_ids = _new_ids(snap, ids, k, self.device)
+            self._buf = values
+            self._snap = StoreSnapshot(values, torch.cat([snap.offsets, offsets[1:] + t_old]),
+                                       torch.cat([snap.ids, new_ids]),
+                                       torch.cat([snap.alive, torch.ones(k, dtype=torch.bool, device=self.device)]),
+                                       max(snap.next_id, int(new_ids.max()) + 1) if k else snap.next_id,
+                                       snap.n_live + k)
+
 
 def _positions(snap: StoreSnapshot, q: torch.Tensor, allow_deleted: bool, name: str) -> torch.Tensor:
     """Positions of ids `q` in one snapshot; ValueError naming `name` for unknown/deleted ids."""
