@@ -122,7 +122,7 @@ def _check_image(path: Path, max_pixels: int, result: ReadResult) -> tuple[int, 
                     return None
                 im.load()
     except Image.DecompressionBombError as e:
-        result.fail(f"refused by Pillow's decompression-bomb guard ({e})")
+        result.fail(f"image is larger than Pillow's hard limit (decompression-bomb guard; {e}); not decoded")
         return None
     except UnidentifiedImageError:
         result.fail("not a readable image (Pillow cannot identify it; expected JPEG, PNG or WebP)")
@@ -193,9 +193,10 @@ def scene_json_to_text(text: str, size: tuple[int, int], name: str, result: Read
     optional; an ``id`` may be a digit string). The object ``id`` becomes the object index
     (``<object-id>``), so region matches refer to objects by their JSON ids.
 
-    Boxes (our rule): a file whose coordinates all lie in [0, 1] holds normalised boxes; a file
-    with any coordinate above 1 holds pixel boxes, accepted when every coordinate lies within the
-    image (0 <= x <= width, 0 <= y <= height) and divided by the image size (warning). A box
+    Boxes (our rule): a file in which more than half of the boxes have a coordinate above 1 holds
+    pixel boxes, each accepted when its coordinates lie within the image (0 <= x <= width,
+    0 <= y <= height) and divided by the image size (warning); otherwise the file holds
+    normalised boxes, each accepted when its coordinates lie in [0, 1]. A box
     outside these, with x2 < x1 or y2 < y1, or with non-numeric values, is an error naming the
     sidecar and the object, and the object is dropped; so is a relation naming an unknown (or
     dropped) object id. Malformed JSON or a missing ``objects`` list drops the whole scene graph.
@@ -229,10 +230,10 @@ def scene_json_to_text(text: str, size: tuple[int, int], name: str, result: Read
             result.issue(f"sidecar {name}: duplicate object id {oid}; dropped")
         else:
             objects.append((oid, " ".join(category.split()), [float(c) for c in box]))
-    pixel = any(c > 1.0 for _, _, box in objects for c in box)
+    pixel = 2 * sum(max(box) > 1.0 for _, _, box in objects) > len(objects)
     if pixel:
         result.issue(f"sidecar {name}: boxes read as pixel coordinates of the {width}x{height} image "
-                     "(a coordinate exceeds 1) and normalised", "warning")
+                     "(most boxes have a coordinate above 1) and normalised", "warning")
     lines, kept = [], set()
     for oid, category, (x1, y1, x2, y2) in objects:
         if pixel:
