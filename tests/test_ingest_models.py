@@ -422,3 +422,17 @@ def test_missing_openai_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)
     with pytest.raises(ImportError, match=r"pip install colgraph_engine\[llm\]"):
         ChatClient("http://127.0.0.1:9/v1", "m")
+
+
+def test_the_pipeline_generator_talks_to_the_same_stand_in():
+    from PIL import Image
+
+    from colgraph_engine.pipeline import OpenAIGenerator
+
+    with chat_standin(lambda req: "The answer is 42.") as (url, server):
+        gen = OpenAIGenerator("standin-model", base_url=url, timeout=3.0, max_retries=0, send_images=True)
+        assert gen("What is it?", [Image.new("RGB", (8, 6), "red")]) == "The answer is 42."
+        (request,) = server.requests
+        assert request["model"] == "standin-model" and request["messages"][0]["role"] == "system"
+        kinds = [p["type"] for p in request["messages"][1]["content"]]
+        assert kinds == ["text", "image_url"] and request["messages"][1]["content"][0]["text"] == "What is it?"
