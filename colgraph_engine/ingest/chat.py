@@ -180,7 +180,8 @@ class ChatClient:
     Args:
         base_url: the endpoint, e.g. ``"http://localhost:8000/v1"``.
         model: the model name it serves.
-        api_key: sent as a bearer token (None: ``"unused"``, for local servers without auth).
+        api_key: sent as a bearer token (None: ``$OPENAI_API_KEY`` if set, else ``"unused"``, for
+            local servers without auth).
         timeout: seconds per HTTP request (connect, read and write), > 0.
         max_retries: retries after the first request (>= 0): a call makes at most
             ``max_retries + 1`` requests.
@@ -231,12 +232,22 @@ class ChatClient:
         self.concurrency, self.cache = concurrency, cache
         self.temperature, self.max_tokens = float(temperature), max_tokens
         self._openai = openai
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=self.timeout,
-                                     max_retries=0)
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or "unused"
+        self._client = openai.OpenAI(base_url=base_url, api_key=key, timeout=self.timeout, max_retries=0)
         self._slots = threading.BoundedSemaphore(concurrency)
         self._lock = threading.Lock()
         self._failures: list[FailedCall] = []
         self._counts = {"calls": 0, "requests": 0, "cache_hits": 0, "retries": 0}
+
+    def close(self) -> None:
+        """Closes the HTTP connection pool (the client is unusable afterwards)."""
+        self._client.close()
+
+    def __enter__(self) -> ChatClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"ChatClient({self.base_url!r}, {self.model!r}, concurrency={self.concurrency})"

@@ -328,7 +328,8 @@ class VisionHook(_ImageHook):
         rels = _check_triples("relations", relations, require=False)
         if not isinstance(scene_graph, str):
             raise TypeError(f"scene_graph: expected str (scene_graph dialect), got {type(scene_graph).__name__}")
-        entity_lines = "\n".join(f"- {_one_line(n)} ({_one_line(t)}): {_short(d)}" for n, t, d in ents)
+        entity_lines = "\n".join(f"- {_one_line(n)}{f' ({_one_line(t)})' if t.strip() else ''}: {_short(d)}"
+                                 for n, t, d in ents)
         relation_lines = "\n".join(f"- {_one_line(s)} -> {_one_line(t)}: {_short(d)}" for s, t, d in rels) or "(none)"
         return prompts.MATCH_USER.format(entities=entity_lines, relations=relation_lines,
                                          scene_graph=scene_graph.strip() or "(no objects detected)",
