@@ -90,9 +90,10 @@ class LLMExtractor:
         gleaning: extra rounds asking for records the previous answers missed (LightRAG's
             gleaning; 0 to 10). A round stops the loop early when its answer adds no entity name
             and no entity pair that earlier answers did not already have (this includes the
-            answer ``<|COMPLETE|>`` alone, which the prompt asks for when nothing is missing);
-            LightRAG runs a fixed number of rounds, and its older versions asked a separate
-            yes/no question, which costs a call per round: ours costs none.
+            answer ``<|COMPLETE|>`` alone, which the prompt asks for when nothing is missing).
+            Older LightRAG versions, and mKG-RAG's copy of them (``rag/multimodal/build.py``),
+            instead ask a separate yes/no question after each round, one more call per round;
+            this rule is ours and costs no call.
         language: language of descriptions and keywords.
         max_records: asks the model for at most this many records per answer (None: no limit).
             The limit is an instruction in the prompt, not a cut applied to the answer.
