@@ -361,7 +361,7 @@ class VisionHook(_ImageHook):
         modules): a non-numeric score counts as 1.0; a relation match whose entity pair is not a
         relation of the chunk gives each named endpoint entity the region with
         ``max(score // 2, 1)``; weights of one region matched more than once add up at query
-        time. It sets no threshold on the score.
+        time. The code read sets no threshold on the score.
         """
         _check_where(where)
         text = self.match_prompt(scene_graph, entities, relations)
