@@ -330,8 +330,12 @@ def only_part(path: Path) -> Path:
     return part
 
 
-def test_truncated_part_file_fails_clearly(built):
-    f = only_part(built) / "vec.segment.values.bin"
+@pytest.mark.parametrize("which", ["part file", "vector file"])
+def test_truncated_part_file_fails_clearly(built, which):
+    if which == "part file":
+        f = only_part(built) / "node_text.bytes.bin"
+    else:  # format 2: the vectors live in one append-only file per store
+        f = built / "vectors" / json.loads((built / "manifest.json").read_text())["vectors"]["segment"]["file"]
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
     with pytest.raises(IndexFormatError, match="truncated"):

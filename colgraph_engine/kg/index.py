@@ -1,48 +1,73 @@
 """The knowledge index: every document's graph and vectors, in memory and in one directory.
 
-Directory layout::
+Directory layout (format version 2)::
 
     index/
       manifest.json          format, version, generation, encoders (name, dim), vector dtype,
-                             documents (id, number, part, counts), parts (sha256 of each part's
-                             manifest), totals
+                             documents (id, number, part, counts) in store order, parts (sha256
+                             of each part's manifest), vectors (per store: file name, committed
+                             rows), totals
       parts/<name>/          one batch of whole documents (see kg/parts.py): graph columns,
-                             attribute strings and vectors, each file sha256-checked
+                             attribute strings and item tables, each file sha256-checked, and per
+                             store the row count and sha256 of the rows its documents own
+      vectors/<store>.<tag>.bin
+                             one append-only file of raw rows ``[T, d]`` per store: the rows of
+                             every document in the order of the manifest's document list
 
-``manifest.json`` is the commit point. A change writes new parts first (each atomically: temporary
-folder, fsync, rename), then replaces the manifest (temporary file, fsync, ``os.replace``, fsync
+Each part's documents are one contiguous run of the document list, so each part owns one
+contiguous row range of every vector file; the range's sha256 sits in the part's manifest (whose
+own sha256 sits in the index manifest): a chain of checksums from the manifest to every byte.
+Only the first ``rows`` rows of a vector file are committed; bytes past them are the leftovers of
+an interrupted append, ignored by readers and cut off by the next writer.
+
+``manifest.json`` is the commit point. Adding documents appends their rows to the vector files
+(fsync) and writes a new part (atomically: temporary folder, fsync, rename); removing one writes
+new, compacted vector files for the stores it had rows in (a new tag, never the file a reader maps)
+and a new part for the documents that shared its part. Then the change replaces the manifest (temporary file, fsync, ``os.replace``, fsync
 of the folder), and only then deletes parts the new manifest no longer names. A crash at any
 point leaves either the previous or the new manifest, and every part that manifest names is
-complete; parts no manifest names are removed by the next change. Writers take an exclusive
+complete; parts and vector files no manifest names are removed by the next change. Writers take an exclusive
 lock on ``.lock`` (``flock``) for the whole change, and a change is refused with
 :class:`IndexConflictError` when another writer holds it or when the manifest's generation is
 not the one this object read (someone else committed since): nothing is overwritten unseen.
 
 Readers (:meth:`KnowledgeIndex.open`) hold a shared ``flock`` on the index folder itself while
-they read the manifest and then its parts, so they see one committed generation whole. A writer
-deletes the parts its new manifest no longer names only when it can take that lock exclusively
+they read the manifest and then its parts, so they see one committed generation whole. Vector
+files are memory-mapped, never read whole: pages load on first touch, and a mapping stays valid
+after a later commit deletes the file (POSIX keeps it alive) or appends to it (rows past the
+mapped ones are never looked at). A writer deletes the parts and vector files its new manifest
+no longer names only when it can take that lock exclusively
 without waiting; while a reader holds it, the old parts stay (a later commit removes them), and a
 writer never waits for readers. Where the file system has no ``flock``, a reader whose parts
 vanish retries with the new manifest when its generation changed.
 
 The manifest is untrusted input: part names must be plain folder names (letters, digits,
 ``._-``, not starting with a dot: no separators, no ``..``, not absolute), document numbers stay
-below 2^31 and counts are bounded; anything else raises :class:`IndexFormatError`.
+below 2^31, counts are bounded, vector file names are ``<store>.<hex tag>.bin`` and a vector
+file must hold at least its committed rows; anything else raises :class:`IndexFormatError`.
+Version-1 directories (vectors inside the parts) are read into memory as before; the first change
+rewrites such a directory as version 2 (one commit of the same contents) before applying itself.
 
 In memory, the documents' graphs are kept per document and the vectors in one
-:class:`~colgraph_engine.store.PackedStore` per store, keyed by a stable item id
-``uid = doc_number << 32 | local_id`` (node ids; relation edges use edge ids). The merged
-:class:`~colgraph_engine.graph.KnowledgeGraph` over all documents (``graph``) is assembled on first
-use after a change: documents in insertion order, ``node_doc`` = document number, aliases grouping
-entities with equal normalised names across documents (the query-time merge is a view over it).
-Removing a document removes its nodes, edges, aliases and vectors; no other document is rebuilt,
-re-extracted or re-encoded.
+:class:`~colgraph_engine.store.PackedStore` per store (over the mapped file when the index has a
+directory), keyed by a stable item id ``uid = doc_number << 32 | local_id`` (node ids; relation
+edges use edge ids). The merged :class:`~colgraph_engine.graph.KnowledgeGraph` over all documents
+(``graph``) is assembled on first use: documents in insertion order, ``node_doc`` = document number,
+aliases grouping entities with equal normalised names across documents (the query-time merge is a
+view over it); an alias group's id is its first member's node id. Once assembled it grows in
+place: adding documents appends their nodes and edges (native append, O(new edges)), their
+uids, and alias entries for their entities only; the result equals a full re-assembly array for
+array. Removing a document removes its nodes, edges, aliases, vectors and strings; the merged
+graph is then re-assembled on next use (node ids after it shift), and in a directory the
+vector files it had rows in are rewritten without them (both O(index), the honest cost of exact
+removal); no other document is rebuilt, re-extracted or re-encoded.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -58,15 +83,16 @@ from tqdm.auto import tqdm
 
 from .. import _arraydir, _atomic
 from ..graph.kinds import EdgeKind, NodeKind
-from ..graph.knowledge_graph import KnowledgeGraph
+from ..graph.knowledge_graph import KnowledgeGraph, normalize_name
 from ..packed import check_finite
-from ..store import _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
+from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
 from .document import DocumentGraph, DocumentInput, build_document_graph
-from .parts import StoredDocument, read_part, write_part
+from .parts import StoredDocument, disk_rows, part_version, read_part, write_part
 from .vectors import STORES, Encoders, ItemVectors, encode_document
 
 INDEX_FORMAT = "colgraph-kg-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 UID_SHIFT = 32
 MAX_DOC_NUMBER = 2**31 - 1
 
@@ -84,14 +110,42 @@ class _Entry:
     part: str
 
 
+class _Column:
+    """A 1-D array that grows by appending, with spare capacity (doubling): a view of its first
+    entries (:attr:`array`) stays valid and unchanged after later appends, and appending k
+    entries costs O(k) amortised instead of a copy of the whole column."""
+
+    def __init__(self, values: np.ndarray):
+        self._buf = np.ascontiguousarray(values)
+        self._n = self._buf.size
+
+    def append(self, values: np.ndarray) -> None:
+        need = self._n + values.size
+        if need > self._buf.size:
+            grown = np.empty(max(need, 2 * self._buf.size, 16), self._buf.dtype)
+            grown[:self._n] = self._buf[:self._n]
+            self._buf = grown
+        self._buf[self._n:need] = values
+        self._n = need
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._buf[:self._n]
+
+    def last(self):
+        return self._buf[self._n - 1]
+
+
 @dataclass
 class _Assembly:
     graph: KnowledgeGraph
     doc_ids: list[str]           # insertion order
-    node_offsets: np.ndarray     # [D+1]
-    edge_offsets: np.ndarray     # [D+1]
-    node_uid: np.ndarray         # [n] sorted (numbers and local ids both rise)
-    edge_uid: np.ndarray         # [m] sorted
+    node_offsets: _Column        # [D+1]
+    edge_offsets: _Column        # [D+1]
+    node_uid: _Column            # [n] sorted (numbers and local ids both rise)
+    edge_uid: _Column            # [m] sorted
+    alias_of: _Column            # [n] int64 group (= first member's node id) or -1
+    alias_keys: dict             # normalised entity name -> [first member, members]
 
 
 def _as_dir(path, name: str = "path") -> Path:
@@ -139,6 +193,9 @@ class KnowledgeIndex:
         self.path: Path | None = None
         self._generation = 0
         self._parts: dict[str, str] = {}  # part name -> sha256 of its manifest
+        self._vectors: dict[str, dict] = {}  # store -> {"file": name in vectors/, "rows": committed rows}
+        self._disk_version = INDEX_VERSION  # of the directory's committed manifest
+        self._changes = 0
 
     @staticmethod
     def _check_dims(dims) -> None:
@@ -163,7 +220,7 @@ class KnowledgeIndex:
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
         with index._writer(check_generation=False):
-            index._commit({}, {})
+            index._commit({}, {}, vectors=index._new_vector_files({s: None for s in index.dims}))
         return index
 
     @classmethod
@@ -206,6 +263,10 @@ class KnowledgeIndex:
         index.path = path
         index._generation = m["generation"]
         index._next_number = m["next_doc_number"]
+        index._disk_version = m["version"]
+        if m["version"] != 1:
+            index._open_mapped(m, verify=verify, progress=progress)
+            return index
         by_part: dict[str, list[dict]] = {}
         for d in m["documents"]:
             by_part.setdefault(d["part"], []).append(d)
@@ -218,7 +279,7 @@ class KnowledgeIndex:
             if got != m["parts"][part]:
                 raise IndexFormatError(f"{ppath}: part manifest checksum mismatch (expected {m['parts'][part][:12]}…, "
                                        f"got {str(got)[:12]}…)")
-            docs = read_part(ppath, dims, dtype, verify=verify)
+            docs, _ = read_part(ppath, dims, dtype, verify=verify, version=1)
             want = [(d["doc_id"], d["number"]) for d in by_part.get(part, [])]
             if sorted((d.graph.doc_id, d.number) for d in docs) != sorted(want):
                 raise IndexFormatError(f"{ppath}: holds other documents than the manifest lists")
@@ -243,20 +304,13 @@ class KnowledgeIndex:
             _check_replaceable(path)
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
-        old = self.path, self._parts, self._generation
-        self.path, self._parts, self._generation = path, {}, 0
+        old = self.path, self._parts, self._generation, self._vectors, self._disk_version
+        self.path, self._parts, self._generation, self._vectors = path, {}, 0, {}
         try:
             with self._writer(check_generation=False):
-                if self._docs:
-                    docs = [self._stored(doc_id) for doc_id in self._docs]
-                    part = self._write_part(docs)
-                    self._commit({part: docs}, {})
-                    for d in docs:
-                        self._docs[d.graph.doc_id].part = part
-                else:
-                    self._commit({}, {})
+                self._rewrite_all()
         except BaseException:
-            self.path, self._parts, self._generation = old
+            self.path, self._parts, self._generation, self._vectors, self._disk_version = old
             raise
         return path
 
@@ -308,12 +362,9 @@ class KnowledgeIndex:
         part = ""
         if self.path is not None:
             with self._writer():
-                part = self._write_part(stored)
-                try:
-                    self._commit({part: stored}, {})
-                except BaseException:
-                    shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
-                    raise
+                if self._disk_version != INDEX_VERSION:
+                    self._rewrite_all()  # upgrade the directory first (same contents), then append
+                part = self._append_committed(stored)
         self._apply_add(stored, [part] * len(stored))
         if progress:
             total = {k: sum(g.counts[k] for g in graphs) for k in _COUNTED + ("errors", "warnings")}
@@ -328,30 +379,20 @@ class KnowledgeIndex:
         if doc_id not in self._docs:
             raise ValueError(f"doc_id: no document {doc_id!r} in the index")
         entry = self._docs[doc_id]
-        siblings = [d for d, e in self._docs.items() if e.part == entry.part and d != doc_id]
-        new_part = ""
         if self.path is not None:
             with self._writer():
-                kept = [self._stored(d) for d in siblings]
-                written = {}
-                if kept:
-                    new_part = self._write_part(kept)
-                    written[new_part] = kept
-                try:
-                    self._commit(written, {entry.part: None}, removed={doc_id})
-                except BaseException:
-                    if new_part:
-                        shutil.rmtree(self.path / "parts" / new_part, ignore_errors=True)
-                    raise
-        # committed (or in memory only): now change memory
+                if self._disk_version != INDEX_VERSION:
+                    self._rewrite_all()  # upgrade the directory first (same contents)
+                    entry = self._docs[doc_id]
+                self._remove_committed(doc_id)
+            return
         for store, ids in self._uids_of(entry).items():
             if ids.size:
                 self.stores[store].delete(torch.from_numpy(ids))
                 self.stores[store].compact()
         del self._docs[doc_id]
-        for d in siblings:
-            self._docs[d].part = new_part
         self._assembly = None
+        self._changes += 1
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -377,33 +418,43 @@ class KnowledgeIndex:
         return self._docs[doc_id].number
 
     @property
+    def version(self) -> int:
+        """Counts the changes made through this object (adds and removals): a reader that keeps
+        arrays derived from :attr:`graph` rebuilds them when this moves (the graph object itself
+        grows in place when documents are added)."""
+        return self._changes
+
+    @property
     def graph(self) -> KnowledgeGraph:
-        """The merged graph over all documents (assembled on first use after a change)."""
+        """The merged graph over all documents (assembled on first use, then grown in place by
+        additions; re-assembled after a removal)."""
         return self._assemble().graph
 
     def node_uid(self) -> np.ndarray:
         """``[n]`` int64 stable item id of every node of :attr:`graph` (the ids stores use)."""
-        return self._assemble().node_uid
+        return self._assemble().node_uid.array
 
     def edge_uid(self) -> np.ndarray:
-        return self._assemble().edge_uid
+        return self._assemble().edge_uid.array
 
     def nodes_of_uids(self, uids) -> np.ndarray:
         """Graph node ids ``[k]`` of store item ids (ValueError for an id no node has)."""
-        return _lookup(self._assemble().node_uid, uids, "uids")
+        return _lookup(self._assemble().node_uid.array, uids, "uids")
 
     def edges_of_uids(self, uids) -> np.ndarray:
-        return _lookup(self._assemble().edge_uid, uids, "uids")
+        return _lookup(self._assemble().edge_uid.array, uids, "uids")
 
     def describe_node(self, node: int) -> dict:
         """Document, local id, kind, name, type, text, bbox, provenance segments and (images and
         regions) the image's name of a graph node."""
         a = self._assemble()
-        if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or not 0 <= node < a.node_uid.size:
-            raise ValueError(f"node: expected a node id in [0, {a.node_uid.size}), got {node!r}")
-        d = int(np.searchsorted(a.node_offsets, node, side="right") - 1)
+        n = a.node_uid.array.size
+        if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or not 0 <= node < n:
+            raise ValueError(f"node: expected a node id in [0, {n}), got {node!r}")
+        offsets = a.node_offsets.array
+        d = int(np.searchsorted(offsets, node, side="right") - 1)
         g = self._docs[a.doc_ids[d]].graph
-        v = int(node - a.node_offsets[d])
+        v = int(node - offsets[d])
         box = g.node_bbox[v]
         return {"doc_id": g.doc_id, "local": v, "kind": NodeKind(int(g.node_kind[v])).name.lower(),
                 "name": g.node_name[v], "type": g.node_type[v], "text": g.node_text[v],
@@ -416,12 +467,14 @@ class KnowledgeIndex:
         """Document, local id, kind, endpoints (graph node ids), keywords, text, weight and
         provenance segments of a graph edge."""
         a = self._assemble()
-        if isinstance(edge, bool) or not isinstance(edge, (int, np.integer)) or not 0 <= edge < a.edge_uid.size:
-            raise ValueError(f"edge: expected an edge id in [0, {a.edge_uid.size}), got {edge!r}")
-        d = int(np.searchsorted(a.edge_offsets, edge, side="right") - 1)
+        m = a.edge_uid.array.size
+        if isinstance(edge, bool) or not isinstance(edge, (int, np.integer)) or not 0 <= edge < m:
+            raise ValueError(f"edge: expected an edge id in [0, {m}), got {edge!r}")
+        offsets = a.edge_offsets.array
+        d = int(np.searchsorted(offsets, edge, side="right") - 1)
         g = self._docs[a.doc_ids[d]].graph
-        e = int(edge - a.edge_offsets[d])
-        base = int(a.node_offsets[d])
+        e = int(edge - offsets[d])
+        base = int(a.node_offsets.array[d])
         return {"doc_id": g.doc_id, "local": e, "kind": EdgeKind(int(g.edge_kind[e])).name.lower(),
                 "src": base + int(g.edge_src[e]), "dst": base + int(g.edge_dst[e]),
                 "keywords": g.edge_keywords[e], "text": g.edge_text[e], "weight": float(g.edge_weight[e]),
@@ -463,26 +516,53 @@ class KnowledgeIndex:
 
     def _apply_add(self, docs: list[StoredDocument], parts: list[str]) -> None:
         """Puts committed documents in memory: one store append per store for the whole batch
-        (appending per document would copy the growing id and offset arrays each time)."""
+        (appending per document would copy the growing id and offset arrays each time), over
+        the longer mapping of the store's vector file when the index has a directory; then
+        appends them to the merged graph when it is assembled."""
         for store in self.stores:
             have = [d for d in docs if store in d.vectors]
             if not have:
                 continue
-            values = torch.cat([d.vectors[store].values for d in have])
             lengths = torch.cat([d.vectors[store].offsets.diff() for d in have])
             offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
             torch.cumsum(lengths, 0, out=offsets[1:])
-            uids = np.concatenate([make_uid(d.number, d.vectors[store].local) for d in have])
-            self.stores[store].add((values, offsets), ids=torch.from_numpy(uids))
+            uids = torch.from_numpy(np.concatenate([make_uid(d.number, d.vectors[store].local) for d in have]))
+            if self._vectors:  # a version-2 directory: the rows are in the file already
+                self.stores[store].extend_wrapped(self._map_store(store), offsets, uids)
+            else:
+                self.stores[store].add((torch.cat([d.vectors[store].values for d in have]), offsets), ids=uids)
         for d, part in zip(docs, parts):
             self._docs[d.graph.doc_id] = _Entry(d.number, d.graph, part)
             self._next_number = max(self._next_number, d.number + 1)
-        self._assembly = None
+        if self._assembly is not None:
+            self._append_to_assembly(self._assembly, [(d.number, d.graph) for d in docs])
+        self._changes += 1
 
     def _uids_of(self, entry: _Entry) -> dict[str, np.ndarray]:
         """Item ids this document holds in each store, ascending."""
         lo, hi = entry.number << UID_SHIFT, (entry.number + 1) << UID_SHIFT
         return {store: st.ids_between(lo, hi).cpu().numpy() for store, st in self.stores.items()}
+
+    def _stored_items(self, doc_id: str) -> StoredDocument:
+        """The document with its item tables only (``ItemVectors.values`` None): what a part
+        holds."""
+        entry = self._docs[doc_id]
+        vectors = {}
+        for store, uids in self._uids_of(entry).items():
+            if uids.size:
+                first, last = self._item_range(store, uids)
+                off = self.stores[store].offsets[first:last + 1]
+                vectors[store] = ItemVectors(uids & ((1 << UID_SHIFT) - 1), None, off - off[0])
+        return StoredDocument(entry.number, entry.graph, vectors)
+
+    def _item_range(self, store: str, uids: np.ndarray) -> tuple[int, int]:
+        """``[first, last)`` positions of a document's items in `store` (they are contiguous:
+        items are appended and compacted by whole documents, in document order)."""
+        pos = self.stores[store].positions(torch.from_numpy(uids))
+        first, last = int(pos.min()), int(pos.max()) + 1
+        if last - first != uids.size:
+            raise RuntimeError(f"store {store!r}: a document's items are not contiguous")  # our invariant broke
+        return first, last
 
     def _stored(self, doc_id: str) -> StoredDocument:
         entry = self._docs[doc_id]
@@ -518,15 +598,19 @@ class KnowledgeIndex:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _write_part(self, docs: list[StoredDocument]) -> str:
+    def _write_part(self, docs: list[StoredDocument], row_sha256: dict[str, str]) -> str:
         name = f"p{self._generation + 1:06d}-{uuid.uuid4().hex[:8]}"
-        write_part(self.path / "parts" / name, docs, self.dims, self.dtype)
+        write_part(self.path / "parts" / name, docs, self.dims, self.dtype, row_sha256)
         return name
 
     def _commit(self, written: dict[str, list[StoredDocument]], dropped: dict[str, None], *,
-                removed: Iterable[str] = ()) -> None:
+                removed: Iterable[str] = (), vectors: dict[str, dict] | None = None,
+                order: list[str] | None = None) -> None:
         """Replaces the manifest with one that adds `written` parts and drops `dropped` parts
-        (and the documents in `removed`), then deletes parts no manifest names."""
+        (and the documents in `removed`), with vector files `vectors` (default: unchanged) and
+        documents in `order` (default: kept, new ones last), then deletes the parts and vector
+        files no manifest names."""
+        vectors = self._vectors if vectors is None else vectors
         removed = set(removed)
         parts = {p: h for p, h in self._parts.items() if p not in dropped}
         for p in written:
@@ -545,25 +629,38 @@ class KnowledgeIndex:
                     documents.append({"doc_id": s.graph.doc_id, "number": s.number, "part": p,
                                       "nodes": s.graph.n_nodes, "edges": s.graph.n_edges,
                                       "counts": _kind_counts(s.graph)})
+        if order is not None:
+            at = {doc_id: i for i, doc_id in enumerate(order)}
+            documents.sort(key=lambda d: at[d["doc_id"]])
         next_number = max([self._next_number] + [d["number"] + 1 for d in documents])
         manifest = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION, "generation": self._generation + 1,
             "dtype": _DTYPE_NAMES[self.dtype], "dims": self.dims, "encoders": self.encoder_info,
-            "next_doc_number": next_number, "documents": documents, "parts": parts,
+            "next_doc_number": next_number, "documents": documents, "parts": parts, "vectors": vectors,
             "totals": {"documents": len(documents),
                        **{k: sum(d["counts"][k] for d in documents) for k in _COUNTED}},
         }
-        _replace_file(self.path / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        # compact JSON: the manifest is rewritten by every change and lists every document
+        _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True))
         self._generation += 1
         self._parts = parts
+        self._vectors = {s: dict(v) for s, v in vectors.items()}
+        self._disk_version = INDEX_VERSION
         self._next_number = next_number
         with _readers_lock(self.path, exclusive=True, wait=False) as locked:
-            if locked:  # no reader can still be reading an older manifest's parts
+            if locked:  # no reader can still be reading an older manifest's parts or files
                 _remove_unlisted_parts(self.path, parts)
+                _remove_unlisted_vectors(self.path, self._vectors)
 
     def _assemble(self) -> _Assembly:
-        if self._assembly is not None:
-            return self._assembly
+        if self._assembly is None:
+            self._assembly = self._reassemble()
+        return self._assembly
+
+    def _reassemble(self) -> _Assembly:
+        """The merged graph built from every document at once (concatenated columns, one
+        ``from_arrays``, aliases from every entity name): what each change cost before the
+        graph grew in place, kept for removals and as the benchmark's baseline."""
         entries = list(self._docs.values())
         graphs = [e.graph for e in entries]
         n_nodes = [g.n_nodes for g in graphs]
@@ -582,15 +679,285 @@ class KnowledgeIndex:
         local_edges = np.concatenate([np.arange(g.n_edges, dtype=np.int64) for g in graphs]) if graphs \
             else np.zeros(0, np.int64)
         names = [s for g in graphs for s in g.node_name]
+        node_kind = cat("node_kind", np.uint8)
         graph = KnowledgeGraph.from_arrays(
-            cat("node_kind", np.uint8), node_doc, cat("edge_src", np.int64) + shift_nodes,
+            node_kind, node_doc, cat("edge_src", np.int64) + shift_nodes,
             cat("edge_dst", np.int64) + shift_nodes, node_weight=cat("node_weight", np.float32),
             edge_kind=cat("edge_kind", np.uint8), edge_weight=cat("edge_weight", np.float32), node_names=names)
-        graph.set_aliases_from_names((NodeKind.ENTITY,))
-        self._assembly = _Assembly(graph, list(self._docs), node_offsets, edge_offsets,
-                                   make_uid(node_doc, local_nodes),
-                                   make_uid(np.repeat(numbers, [g.n_edges for g in graphs]), local_edges))
-        return self._assembly
+        alias_of, keys = _Column(np.full(len(names), -1, np.int64)), {}
+        _extend_aliases(alias_of, keys, node_kind, names, 0)
+        graph.set_aliases(alias_of.array)
+        return _Assembly(graph, list(self._docs), _Column(node_offsets), _Column(edge_offsets),
+                         _Column(make_uid(node_doc, local_nodes)),
+                         _Column(make_uid(np.repeat(numbers, [g.n_edges for g in graphs]), local_edges)),
+                         alias_of, keys)
+
+    @staticmethod
+    def _append_to_assembly(a: _Assembly, docs: list[tuple[int, DocumentGraph]]) -> None:
+        """Appends documents ``(number, graph)`` to an assembled merged graph in place: their
+        nodes and edges (the native append: all their edges lie among their own new nodes),
+        offsets, uids and alias entries for their entities only. The result equals
+        :meth:`_reassemble` over all documents, array for array."""
+        graph = a.graph
+        first = graph.n_nodes
+        graphs = [g for _, g in docs]
+        n_nodes = np.asarray([g.n_nodes for g in graphs], np.int64)
+        n_edges = np.asarray([g.n_edges for g in graphs], np.int64)
+        numbers = np.asarray([number for number, _ in docs], np.int64)
+        node_base = first + np.concatenate([[0], np.cumsum(n_nodes)[:-1]]).astype(np.int64)
+        node_kind = np.concatenate([g.node_kind for g in graphs]).astype(np.uint8)
+        names = [s for g in graphs for s in g.node_name]
+        graph.add_nodes(node_kind, np.repeat(numbers, n_nodes), np.concatenate([g.node_weight for g in graphs]),
+                        names=names)
+        shift = np.repeat(node_base, n_edges)
+        graph.add_edges(np.concatenate([g.edge_src for g in graphs]).astype(np.int64) + shift,
+                        np.concatenate([g.edge_dst for g in graphs]).astype(np.int64) + shift,
+                        np.concatenate([g.edge_kind for g in graphs]).astype(np.uint8),
+                        np.concatenate([g.edge_weight for g in graphs]).astype(np.float32))
+        a.doc_ids.extend(g.doc_id for g in graphs)
+        a.node_offsets.append(a.node_offsets.last() + np.cumsum(n_nodes))
+        a.edge_offsets.append(a.edge_offsets.last() + np.cumsum(n_edges))
+        a.node_uid.append(make_uid(np.repeat(numbers, n_nodes), np.concatenate([np.arange(k) for k in n_nodes])))
+        a.edge_uid.append(make_uid(np.repeat(numbers, n_edges), np.concatenate([np.arange(k) for k in n_edges])))
+        a.alias_of.append(np.full(len(names), -1, np.int64))
+        if _extend_aliases(a.alias_of, a.alias_keys, node_kind, names, first):
+            graph.set_aliases(a.alias_of.array)
+
+    # -- vector files ---------------------------------------------------------------------------
+    def _vector_path(self, store: str, name: str | None = None) -> Path:
+        return self.path / "vectors" / (self._vectors[store]["file"] if name is None else name)
+
+    def _row_bytes(self, store: str) -> int:
+        return self.dims[store] * np.dtype(_DISK_NP[self.dtype]).itemsize
+
+    def _new_vector_files(self, rows: dict[str, np.ndarray | None]) -> dict[str, dict]:
+        """Writes a new vector file per store of `rows` (``[t, d]`` disk rows, None: empty),
+        fsync'ed; returns their manifest entries."""
+        folder = self.path / "vectors"
+        folder.mkdir(exist_ok=True)
+        out = {}
+        for store, data in rows.items():
+            name = f"{store}.{uuid.uuid4().hex[:16]}.bin"
+            with open(folder / name, "wb") as f:
+                if data is not None and data.size:
+                    f.write(memoryview(data).cast("B"))
+                f.flush()
+                os.fsync(f.fileno())
+            out[store] = {"file": name, "rows": 0 if data is None else int(data.shape[0])}
+        _atomic.fsync_dir(folder)
+        return out
+
+    def _map_store(self, store: str) -> torch.Tensor:
+        """``[rows, d]`` the committed rows of `store`'s vector file, memory-mapped (copy on
+        write, so the file is never modified through it)."""
+        return _map_rows(self._vector_path(store), self._vectors[store]["rows"], self.dims[store], self.dtype)
+
+    def _open_mapped(self, m: dict, *, verify: bool, progress: bool) -> None:
+        """Loads a version-2 manifest `m`: graphs and item tables from the parts, vectors mapped."""
+        path, dims, dtype = self.path, self.dims, self.dtype
+        self._vectors = {s: dict(v) for s, v in m["vectors"].items()}
+        runs: list[tuple[str, list[dict]]] = []
+        for d in m["documents"]:
+            if runs and runs[-1][0] == d["part"]:
+                runs[-1][1].append(d)
+            else:
+                runs.append((d["part"], [d]))
+        if len({p for p, _ in runs}) != len(runs) or set(m["parts"]) != {p for p, _ in runs}:
+            raise IndexFormatError(f"{path / 'manifest.json'}: a part's documents must form one run of the document "
+                                   f"list, and every part must hold documents")
+        files = {}
+        for store in dims:
+            f = self._vector_path(store)
+            want = self._vectors[store]["rows"] * self._row_bytes(store)
+            size = f.stat().st_size if f.is_file() else None
+            if size is None or size < want:
+                raise IndexFormatError(f"{f}: {size or 0} bytes on disk, expected at least {want} "
+                                       f"(missing or truncated vector file)")
+            files[store] = f
+        row = {s: 0 for s in dims}
+        items: dict[str, list] = {s: [] for s in dims}
+        for part, listed in tqdm(runs, desc="loading parts", disable=not progress):
+            ppath = path / "parts" / part
+            got = _part_sha(ppath)
+            if got is None:
+                raise IndexFormatError(f"{ppath}: part is missing (the manifest lists it)")
+            if got != m["parts"][part]:
+                raise IndexFormatError(f"{ppath}: part manifest checksum mismatch (expected {m['parts'][part][:12]}…, "
+                                       f"got {str(got)[:12]}…)")
+            docs, rows = read_part(ppath, dims, dtype, verify=verify, version=part_version(ppath))
+            if rows is None:
+                raise IndexFormatError(f"{ppath}: a version-1 part in a version-2 index")
+            if [(d.graph.doc_id, d.number) for d in docs] != [(d["doc_id"], d["number"]) for d in listed]:
+                raise IndexFormatError(f"{ppath}: holds other documents than the manifest lists")
+            for stored, d in zip(docs, listed):
+                if (stored.graph.n_nodes, stored.graph.n_edges) != (d["nodes"], d["edges"]):
+                    raise IndexFormatError(f"{path}: document {d['doc_id']!r} has other counts than the manifest lists")
+            for store, (tokens, sha) in rows.items():
+                lo = row[store]
+                row[store] += tokens
+                if row[store] > self._vectors[store]["rows"]:
+                    raise IndexFormatError(f"{files[store]}: the parts own more rows than the manifest commits")
+                if verify and _sha_rows(files[store], lo, tokens, self._row_bytes(store)) != sha:
+                    raise IndexFormatError(f"{files[store]}: checksum mismatch in the rows of part {part} "
+                                           f"(file changed after it was written)")
+                for stored in docs:
+                    v = stored.vectors.get(store)
+                    if v is not None:
+                        items[store].append((make_uid(stored.number, v.local), v.offsets.diff()))
+            for stored in docs:
+                self._docs[stored.graph.doc_id] = _Entry(stored.number, stored.graph, part)
+        for store in dims:
+            if row[store] != self._vectors[store]["rows"]:
+                raise IndexFormatError(f"{files[store]}: the manifest commits {self._vectors[store]['rows']} rows, "
+                                       f"the parts own {row[store]}")
+            uids = np.concatenate([u for u, _ in items[store]]) if items[store] else np.zeros(0, np.int64)
+            lengths = torch.cat([n for _, n in items[store]]) if items[store] else torch.zeros(0, dtype=torch.int64)
+            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=offsets[1:])
+            try:
+                self.stores[store] = PackedStore.wrap(self._map_store(store), offsets, torch.from_numpy(uids))
+            except ValueError as exc:
+                raise IndexFormatError(f"{files[store]}: {exc}") from None
+        self._parts = dict(m["parts"])
+
+    def _rewrite_all(self) -> None:
+        """Commits every document as one part with fresh vector files (writer lock held): what
+        :meth:`save` writes, and the upgrade of a version-1 directory. Memory then maps them."""
+        docs = [self._stored_items(doc_id) for doc_id in self._docs]
+        rows = {s: _to_disk_rows(st.values, self.dtype) for s, st in self.stores.items()}
+        for s, st in self.stores.items():
+            if st.n_slots != len(st):
+                raise RuntimeError(f"store {s!r} holds deleted items")  # removal compacts at once
+        vectors = self._new_vector_files(rows)
+        part = ""
+        try:
+            shas = {s: hashlib.sha256(memoryview(r).cast("B")).hexdigest() if r.size else _EMPTY_SHA
+                    for s, r in rows.items()}
+            written = {}
+            if docs:
+                part = self._write_part(docs, shas)
+                written[part] = docs
+            self._commit(written, dict.fromkeys(self._parts), vectors=vectors)
+        except BaseException:
+            for v in vectors.values():
+                (self.path / "vectors" / v["file"]).unlink(missing_ok=True)
+            if part:
+                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+            raise
+        del rows
+        for doc_id in self._docs:
+            self._docs[doc_id].part = part
+        for s, st in self.stores.items():
+            self.stores[s] = PackedStore.wrap(self._map_store(s), st.offsets, st.ids)
+        self._changes += 1
+
+    def _append_committed(self, stored: list[StoredDocument]) -> str:
+        """Appends the documents' rows to the vector files, writes their part and commits
+        (writer lock held); returns the part's name. On failure, cuts the files back to their
+        committed rows and removes the part (a crash leaves both to the next writer)."""
+        rows = {s: disk_rows(stored, s, d, self.dtype) for s, d in self.dims.items()}
+        appended = {}
+        part = ""
+        try:
+            for store, data in rows.items():
+                appended[store] = self._vectors[store]["rows"]
+                _append_rows(self._vector_path(store), appended[store] * self._row_bytes(store), data)
+            shas = {s: hashlib.sha256(memoryview(r).cast("B")).hexdigest() if r.size else _EMPTY_SHA
+                    for s, r in rows.items()}
+            part = self._write_part(stored, shas)
+            vectors = {s: {"file": v["file"], "rows": v["rows"] + int(rows[s].shape[0])}
+                       for s, v in self._vectors.items()}
+            self._commit({part: stored}, {}, vectors=vectors)
+        except BaseException:
+            if part:
+                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+            for store, committed in appended.items():
+                with contextlib.suppress(OSError):
+                    os.truncate(self._vector_path(store), committed * self._row_bytes(store))
+            raise
+        return part
+
+    def _remove_committed(self, doc_id: str) -> None:
+        """Removes a document from the directory and memory (writer lock held): new vector files
+        without its rows for the stores it had rows in, a new part for the documents that shared
+        its part, one commit; memory then maps the new files and re-assembles the graph."""
+        entry = self._docs[doc_id]
+        siblings = [d for d, e in self._docs.items() if e.part == entry.part and d != doc_id]
+        cut = {}  # store -> (first item, last item, first row, last row)
+        for store, uids in self._uids_of(entry).items():
+            if uids.size:
+                first, last = self._item_range(store, uids)
+                off = self.stores[store].offsets
+                cut[store] = (first, last, int(off[first]), int(off[last]))
+        kept = [self._stored_items(d) for d in siblings]
+        new_files, part = {}, ""
+        try:
+            vectors = {s: dict(v) for s, v in self._vectors.items()}
+            folder = self.path / "vectors"
+            for store, (_, _, lo, hi) in cut.items():
+                name = f"{store}.{uuid.uuid4().hex[:16]}.bin"
+                rb = self._row_bytes(store)
+                _copy_without(self._vector_path(store), folder / name, lo * rb, hi * rb,
+                              self._vectors[store]["rows"] * rb)
+                new_files[store] = name
+                vectors[store] = {"file": name, "rows": self._vectors[store]["rows"] - (hi - lo)}
+            if new_files:
+                _atomic.fsync_dir(folder)
+            written = {}
+            if kept:
+                shas = {}
+                for store in self.dims:
+                    # the part's documents own one run of rows; the removed one's rows lie inside it
+                    runs = [self._item_range(store, uids) for d in siblings + [doc_id]
+                            if (uids := self._uids_of(self._docs[d])[store]).size]
+                    off = self.stores[store].offsets
+                    lo = int(off[min(r[0] for r in runs)]) if runs else 0
+                    hi = int(off[max(r[1] for r in runs)]) if runs else 0
+                    if store in cut:
+                        hi -= cut[store][3] - cut[store][2]
+                    shas[store] = _sha_rows(folder / vectors[store]["file"], lo, hi - lo, self._row_bytes(store))
+                part = self._write_part(kept, shas)
+                written[part] = kept
+            self._commit(written, {entry.part: None}, removed={doc_id}, vectors=vectors)
+        except BaseException:
+            if part:
+                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+            for name in new_files.values():
+                (self.path / "vectors" / name).unlink(missing_ok=True)
+            raise
+        # committed: now memory
+        for store, (first, last, lo, hi) in cut.items():
+            st = self.stores[store]
+            off, ids = st.offsets, st.ids
+            offsets = torch.cat([off[:first + 1], off[last + 1:] - (hi - lo)])
+            self.stores[store] = PackedStore.wrap(self._map_store(store), offsets, torch.cat([ids[:first], ids[last:]]))
+        del self._docs[doc_id]
+        for d in siblings:
+            self._docs[d].part = part
+        self._assembly = None
+        self._changes += 1
+
+
+def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names: list[str], first: int) -> bool:
+    """Alias entries for nodes ``first, first+1, ...`` (kinds `node_kind`, names `names`):
+    entities with equal :func:`normalize_name` share a group whose id is the first member's node
+    id (stable as nodes are appended, so a full re-assembly gives the same ids). `keys` maps a
+    normalised name to ``[first member, members]``. Returns whether any entry changed."""
+    arr = alias_of._buf  # entries below alias_of's length; older ones change when a key gains its second member
+    changed = False
+    for i in np.flatnonzero(node_kind == NodeKind.ENTITY).tolist():
+        v = first + i
+        key = normalize_name(names[i])
+        entry = keys.get(key)
+        if entry is None:
+            keys[key] = [v, 1]
+            continue
+        if entry[1] == 1:
+            arr[entry[0]] = entry[0]
+        arr[v] = entry[0]
+        entry[1] += 1
+        changed = True
+    return changed
 
 
 _COUNTED = ("nodes", "edges", "segments", "entities", "relations", "images", "regions", "tables")
@@ -675,6 +1042,84 @@ def _replace_file(path: Path, text: str) -> None:
     _atomic.fsync_dir(path.parent)
 
 
+_EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+_VECTOR_NAME = re.compile(r"([a-z_]{1,32})\.[0-9a-f]{8,32}\.bin")
+_COPY_BLOCK = 1 << 24
+
+
+def _to_disk_rows(values: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    v = values.detach().cpu().to(dtype).contiguous()
+    return (v.view(torch.int16) if dtype == torch.bfloat16 else v).numpy()
+
+
+def _map_rows(path: Path, rows: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[rows, dim]`` over the first rows of raw file `path`, memory-mapped copy-on-write
+    (pages load on first touch; writes through it would never reach the file)."""
+    if rows == 0:
+        return torch.empty((0, dim), dtype=dtype)
+    values = torch.from_numpy(np.memmap(path, dtype=_DISK_NP[dtype], mode="c", shape=(rows, dim)))
+    return values.view(dtype) if dtype == torch.bfloat16 else values
+
+
+def _append_rows(path: Path, committed_bytes: int, data: np.ndarray) -> None:
+    """Cuts `path` back to its committed bytes (leftovers of an interrupted append), appends
+    `data` and fsyncs."""
+    with open(path, "r+b") as f:
+        f.truncate(committed_bytes)
+        f.seek(committed_bytes)
+        if data.size:
+            f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
+    """Writes bytes ``[0, lo)`` and ``[hi, end)`` of `src` to a new file `dst` (streamed in
+    blocks: memory stays bounded), fsync'ed."""
+    try:
+        with open(src, "rb") as fin, open(dst, "xb") as fout:
+            for a, b in ((0, lo), (hi, end)):
+                fin.seek(a)
+                left = b - a
+                while left:
+                    block = fin.read(min(left, _COPY_BLOCK))
+                    if not block:
+                        raise IndexFormatError(f"{src}: shorter than its committed rows")
+                    fout.write(block)
+                    left -= len(block)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except BaseException:
+        dst.unlink(missing_ok=True)
+        raise
+
+
+def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int) -> str:
+    """sha256 of rows ``[first_row, first_row + n_rows)`` of raw file `path`, read in blocks
+    (through the page cache, not into this process's memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(first_row * row_bytes)
+        left = n_rows * row_bytes
+        while left:
+            block = f.read(min(left, _COPY_BLOCK))
+            if not block:
+                raise IndexFormatError(f"{path}: shorter than its committed rows")
+            h.update(block)
+            left -= len(block)
+    return h.hexdigest()
+
+
+def _remove_unlisted_vectors(path: Path, vectors: dict[str, dict]) -> None:
+    folder = path / "vectors"
+    if not folder.is_dir():
+        return
+    listed = {v["file"] for v in vectors.values()}
+    for entry in folder.iterdir():
+        if entry.name not in listed:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
 def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
     folder = path / "parts"
     if not folder.is_dir():
@@ -688,7 +1133,15 @@ def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
 
 def _read_manifest(path: Path) -> dict:
     mf = path / "manifest.json"
-    m = _arraydir.read_versioned_json(path, INDEX_FORMAT, INDEX_VERSION)
+    try:
+        m = _arraydir.read_versioned_json(path, INDEX_FORMAT, INDEX_VERSION)
+    except IndexFormatError as exc:  # a version-1 index is read too
+        if "format version 1," not in str(exc):
+            if "format version" in str(exc):
+                raise IndexFormatError(f"{exc} (and 1)") from None
+            raise
+        m = _arraydir.read_versioned_json(path, INDEX_FORMAT, 1)
+
     def count(x, top=_arraydir.MAX_COUNT):
         return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= top
 
@@ -703,6 +1156,15 @@ def _read_manifest(path: Path) -> dict:
         if bad:  # checked here, once, so no caller can be led outside parts/
             raise IndexFormatError(f"{mf}: part name {bad[0][:80]!r} is not a plain folder name "
                                    f"(letters, digits, '._-', no leading dot, at most 128 characters)")
+        if m["version"] != 1:
+            vec = m.get("vectors")
+            ok = isinstance(vec, dict) and set(vec) == set(m["dims"]) and all(
+                isinstance(v, dict) and isinstance(v.get("file"), str)
+                and (g := _VECTOR_NAME.fullmatch(v["file"])) is not None and g.group(1) == s
+                and count(v.get("rows")) for s, v in vec.items())
+            if not ok:
+                raise IndexFormatError(f"{mf}: field 'vectors' missing or invalid (one entry per store: a file named "
+                                       f"'<store>.<hex>.bin' and its committed rows)")
         numbers, ids = set(), set()
         for d in m["documents"]:
             if not (isinstance(d, dict) and isinstance(d.get("doc_id"), str) and count(d.get("number"))

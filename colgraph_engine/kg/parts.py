@@ -2,9 +2,15 @@
 
 A part holds, for its D documents in order, every document's graph (columns of
 :class:`~colgraph_engine.kg.document.DocumentGraph` concatenated, ids kept local to each
-document) and every store's vectors, with per-document offsets so that any document can be cut
-out again. Strings are UTF-8 blobs with ``[k+1]`` int64 offsets. Parts are immutable: removing a
-document writes a new part with the documents that stay.
+document) and, per store, its items (``vec.<store>.local`` local ids, ``vec.<store>.offsets``
+item offsets into the part's rows, ``vec.<store>.doc_items`` per-document item offsets), so that
+any document can be cut out again. Strings are UTF-8 blobs with ``[k+1]`` int64 offsets. Parts
+are immutable: removing a document writes a new part with the documents that stay.
+
+Version 2 (written now): the vectors themselves live outside the part, in the index's
+append-only per-store vector files (see :mod:`colgraph_engine.kg.index`); the part's manifest
+records, per store, the number of rows its documents own there (``tokens``) and the sha256 of
+those rows' bytes. Version 1 (read only) held the rows inside the part as ``vec.<store>.values``.
 """
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ from .document import DocumentGraph
 from .vectors import STORES, ItemVectors
 
 PART_FORMAT = "colgraph-kg-part"
-PART_VERSION = 1
+PART_VERSION = 2
+_READABLE = (1, 2)
 
 _NODE_STRINGS = ("node_name", "node_type", "node_text", "node_source")
 _EDGE_STRINGS = ("edge_keywords", "edge_text")
@@ -57,8 +64,21 @@ def _offsets_of(counts) -> np.ndarray:
     return out
 
 
-def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype) -> Path:
-    """Writes `docs` to part directory `path` atomically. `dims`: store name -> d."""
+def disk_rows(docs: list[StoredDocument], store: str, dim: int, dtype: torch.dtype) -> np.ndarray:
+    """``[t, dim]`` the rows of `store` that `docs` own, in document order, as stored on disk
+    (little-endian; bf16 as its 16-bit patterns)."""
+    present = [d.vectors[store].values for d in docs if store in d.vectors]
+    values = torch.cat(present) if present else torch.zeros((0, dim))
+    return np.ascontiguousarray(_to_disk(values.to(dtype)))
+
+
+def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype,
+               row_sha256: dict[str, str]) -> Path:
+    """Writes `docs` (graphs and item tables; their vector rows go to the index's vector files)
+    to part directory `path` atomically. `dims`: store name -> d; `row_sha256`: store -> sha256
+    of the bytes of the rows these documents own in that store's vector file (in document
+    order). A document's ``ItemVectors.values`` may be None here: only its ids and offsets are
+    written."""
     graphs = [d.graph for d in docs]
     arrays: dict[str, np.ndarray] = {
         "doc_number": np.asarray([d.number for d in docs], np.int64),
@@ -84,16 +104,15 @@ def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dty
     for store, dim in dims.items():
         vecs = [d.vectors.get(store) for d in docs]
         present = [v for v in vecs if v is not None]
-        values = torch.cat([v.values for v in present]) if present else torch.zeros((0, dim))
         lengths = np.concatenate([np.diff(v.offsets.numpy()) for v in present]) if present else np.zeros(0, np.int64)
-        arrays[f"vec.{store}.values"] = _to_disk(values.to(dtype))
         arrays[f"vec.{store}.offsets"] = _offsets_of(lengths)
         arrays[f"vec.{store}.local"] = (np.concatenate([v.local for v in present]) if present
                                         else np.zeros(0, np.int64)).astype(np.int64)
         arrays[f"vec.{store}.doc_items"] = _offsets_of([0 if v is None else v.local.size for v in vecs])
     meta = {"n_docs": len(docs), "n_nodes": int(arrays["doc_nodes"][-1]), "n_edges": int(arrays["doc_edges"][-1]),
             "dtype": _DTYPE_NAMES[dtype], "stores": {s: {"dim": d, "items": int(arrays[f"vec.{s}.local"].size),
-                                                          "tokens": int(arrays[f"vec.{s}.offsets"][-1])}
+                                                          "tokens": int(arrays[f"vec.{s}.offsets"][-1]),
+                                                          "sha256": row_sha256[s]}
                                                       for s, d in dims.items()}}
     return _arraydir.write(path, PART_FORMAT, PART_VERSION, meta, arrays)
 
@@ -103,9 +122,29 @@ def _empty_dtype(name: str):
             "node_bbox": np.float32}.get(name, np.int32)
 
 
-def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: bool = True) -> list[StoredDocument]:
-    """Reads a part written by :func:`write_part`; any damage raises ``FormatError``."""
-    m = _arraydir.read_manifest(path, PART_FORMAT, PART_VERSION)
+def part_version(path: Path) -> int:
+    """The format version of the part in `path` (1 or 2; anything else raises ``FormatError``)."""
+    try:
+        text = (path / "manifest.json").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _arraydir.FormatError(f"{path}: part manifest unreadable ({exc})") from None
+    m = _arraydir.loads_bounded(text, path / "manifest.json")
+    v = m.get("version") if isinstance(m, dict) else None
+    if v not in _READABLE:
+        raise _arraydir.FormatError(f"{path / 'manifest.json'}: part format version {v!r}, this build reads {_READABLE}")
+    return v
+
+
+def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: bool = True,
+              version: int = PART_VERSION) -> tuple[list[StoredDocument], dict[str, tuple[int, str]] | None]:
+    """Reads a part written by :func:`write_part` (version 2) or by the version-1 writer; any
+    damage raises ``FormatError``.
+
+    Returns ``(documents, rows)``. Version 2: every ``ItemVectors.values`` is None and `rows`
+    maps each store to ``(tokens, sha256)`` of the rows its documents own in the index's vector
+    file; item offsets are relative to the part's first row. Version 1: values are read from the
+    part and `rows` is None."""
+    m = _arraydir.read_manifest(path, PART_FORMAT, version)
     D, n, e = (_arraydir.meta_int(m, k, path) for k in ("n_docs", "n_nodes", "n_edges"))
     stores = m.get("stores")
     if m.get("dtype") != _DTYPE_NAMES[dtype] or not isinstance(stores, dict) or \
@@ -140,15 +179,22 @@ def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: b
     node_str = {c: strings(c, n) for c in _NODE_STRINGS}
     edge_str = {c: strings(c, e) for c in _EDGE_STRINGS}
     vec = {}
+    rows: dict[str, tuple[int, str]] = {}
     for store, dim in dims.items():
         info = stores[store]
         k, t = info.get("items"), info.get("tokens")
         if not all(isinstance(x, int) and x >= 0 for x in (k, t)):
             raise _arraydir.FormatError(f"{path / 'manifest.json'}: store {store!r} counts invalid")
-        values = read(f"vec.{store}.values", _DISK_NP[dtype], (t, dim))
-        values = torch.from_numpy(values)
-        vec[store] = (values.view(dtype) if dtype == torch.bfloat16 else values,
-                      offsets(f"vec.{store}.offsets", k, t), read(f"vec.{store}.local", np.int64, (k,)),
+        if version == 1:
+            values = torch.from_numpy(read(f"vec.{store}.values", _DISK_NP[dtype], (t, dim)))
+            values = values.view(dtype) if dtype == torch.bfloat16 else values
+        else:
+            sha = info.get("sha256")
+            if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+                raise _arraydir.FormatError(f"{path / 'manifest.json'}: store {store!r} has no valid row checksum")
+            rows[store] = (t, sha)
+            values = None
+        vec[store] = (values, offsets(f"vec.{store}.offsets", k, t), read(f"vec.{store}.local", np.int64, (k,)),
                       offsets(f"vec.{store}.doc_items", D, k))
     docs = []
     for i in range(D):
@@ -178,10 +224,11 @@ def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: b
             if local[p:q].min() < 0 or local[p:q].max() >= limit:
                 raise _arraydir.FormatError(f"{path}: store {store!r} names an item outside document {doc_ids[i]!r}")
             o = voff[p:q + 1]
-            vectors[store] = ItemVectors(local[p:q].copy(), values[o[0]:o[-1]],
+            vectors[store] = ItemVectors(local[p:q].copy(), None if values is None else values[o[0]:o[-1]],
                                          torch.from_numpy(o - o[0]))
         docs.append(StoredDocument(int(numbers[i]), g, vectors))
-    return docs
+    return docs, (rows if version != 1 else None)
 
 
-__all__ = ["PART_FORMAT", "PART_VERSION", "StoredDocument", "read_part", "write_part", "_DTYPES_BY_NAME"]
+__all__ = ["PART_FORMAT", "PART_VERSION", "StoredDocument", "disk_rows", "part_version", "read_part", "write_part",
+           "_DTYPES_BY_NAME"]

@@ -160,7 +160,7 @@ class Pipeline:
         return calibrated_threshold(self.encoders.text.name)
 
     def view(self) -> IndexView:
-        if self._view is None or self._view.graph is not self.index.graph:
+        if self._view is None or self._view.graph is not self.index.graph or self._view.version != self.index.version:
             self._view = IndexView(self.index, self.device)
         return self._view
 

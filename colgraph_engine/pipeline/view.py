@@ -1,7 +1,8 @@
 """A read-only view of a :class:`~colgraph_engine.kg.KnowledgeIndex` shaped for the query path:
 per-node and per-edge arrays of the merged graph, document number lookups, and the positions of
-each document's items in every store. Built once per assembled graph (the index reassembles
-after every change, and the view follows)."""
+each document's items in every store. Built once per change of the index (``index.version``:
+the merged graph grows in place when documents are added, and is re-assembled after a removal;
+the view follows)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class IndexView:
 
     def __init__(self, index: KnowledgeIndex, device: str | torch.device = "cpu"):
         self.index = index
+        self.version = index.version  # the index's change count this view was built at
         self.vectors = {name: Vectors.of(st, device) for name, st in index.stores.items()}
         self.graph = index.graph
         g = self.graph
