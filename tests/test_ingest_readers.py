@@ -204,7 +204,7 @@ def test_image_with_caption_scene_json_in_pixels_and_matches(tmp_path):
     assert len(doc.sections) == 1 and doc.sections[0].images == ("astro.png",)
     assert doc.sections[0].text == "Eileen Collins poses beside the American flag."
     im = doc.images[0]
-    assert im.pixels == img and im.caption == doc.sections[0].text
+    assert im.pixels == img.absolute() and im.caption == doc.sections[0].text
     boxes = {o.index: o.bbox for o in im.scene_graph.objects}
     np.testing.assert_allclose(boxes[1], (0.1, 0.1, 0.6, 1.0))
     np.testing.assert_allclose(boxes[2], (0.0, 0.0, 0.25, 0.4))
@@ -412,6 +412,13 @@ def test_read_path_follows_content_when_the_suffix_lies(tmp_path, report_pdf):
     fake_pdf = tmp_path / "photo.pdf"
     fake_pdf.write_bytes(save_astronaut(tmp_path / "p.png").read_bytes())
     assert read_path(fake_pdf).kind == "image"
+    mentions = tmp_path / "about.md"
+    mentions.write_text("# PDF files\nEvery PDF starts with %PDF-1.7 and ends with %%EOF.")
+    assert read_path(mentions).kind == "text"
+    junk = tmp_path / "junk-before-header.bin"
+    junk.write_bytes(b"\x00\x01\x02" + report_pdf.read_bytes())
+    junk_result = read_path(junk, render_pages=False)
+    assert junk_result.kind == "pdf" and junk_result.ok, messages(junk_result)
     odd = tmp_path / "data.xyz"
     odd.write_text("?")
     assert read_path(odd).kind == "skipped"

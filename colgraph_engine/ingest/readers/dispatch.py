@@ -51,7 +51,10 @@ def kind_by_content(path: Path) -> str | None:
             head = f.read(1024)
     except OSError:
         return None
-    if b"%PDF-" in head:
+    at = head.find(b"%PDF-")
+    # PDF readers accept the header anywhere in the first KiB, after binary junk; a text file that
+    # merely mentions "%PDF-" has only text before it (no control bytes), so it is not a PDF.
+    if at >= 0 and (not head[:at].strip() or any(b < 9 or 13 < b < 32 for b in head[:at])):
         return "pdf"
     if head.startswith(b"\x89PNG\r\n\x1a\n") or head.startswith(b"\xff\xd8\xff") or (
             head[:4] == b"RIFF" and head[8:12] == b"WEBP"):

@@ -96,7 +96,8 @@ def read_image(path: str | os.PathLike, *, doc_id: str | None = None, max_pixels
     result.stats.images = 1
     result.stats.sections = 1
     result.stats.regions = len(scene.objects) if scene is not None else 0
-    image = ImageInput(ref, pixels=path, scene_graph=scene, mappings=mappings, caption=caption)
+    # An absolute path: the encoder opens the file later, perhaps from another working directory.
+    image = ImageInput(ref, pixels=path.absolute(), scene_graph=scene, mappings=mappings, caption=caption)
     result.document = DocumentInput(doc_id, [Section(caption, images=(ref,))], title=path.stem, images=[image])
     return result
 
