@@ -8,15 +8,21 @@ Dialects (``dialect=`` names):
                    response ends with ``<|COMPLETE|>``. Relations carry no weight (``None``).
 ``lightrag_json``  LightRAG's JSON mode: ``{"entities": [...], "relationships": [...]}``,
                    possibly inside a ```json fence or surrounded by prose. No completion marker.
+                   Also LightRAG's ``entity_name`` / ``source_entity`` / ``target_entity`` keys and
+                   fast-graphrag's ``desc`` and ``other_relationships``.
 ``tuple``          LightRAG legacy, GraphRAG, nano-graphrag and mKG-RAG: parenthesised records,
-                   fields separated by ``<|>``, records by ``##`` (or new lines), ending with
-                   ``<|COMPLETE|>``. Relationships end with a numeric strength: 6 fields with
-                   keywords (LightRAG legacy: source, target, description, keywords, strength),
-                   5 without (GraphRAG: source, target, description, strength).
-                   ``content_keywords`` records are read and counted in ``ignored``; mKG-RAG
-                   ``mapping`` records are accepted here too (its combined prompt mixes them in).
+                   fields separated by ``<|>``, records by ``##``, mKG-RAG's ``<|RECORD|>``, new
+                   lines, or spaces between ``)`` and the next record's ``(``, ending with
+                   ``<|COMPLETE|>``. Relationships: source, target, description, then a strength
+                   (GraphRAG, nano-graphrag, mKG-RAG) or keywords and a strength (LightRAG
+                   legacy). A strength that is absent or not a number (``N/A``, ``high``) is 1.0
+                   with a warning, as upstream. Extra trailing fields are ignored with a warning
+                   (upstream reads >= 4 entity / >= 5 relationship fields). An entity record
+                   with a numeric last field is a relation only when its second field names a
+                   declared entity. ``content_keywords`` records are read and counted in
+                   ``ignored``; mKG-RAG ``mapping`` / ``matching`` records are accepted here too.
 ``mkg_mapping``    the same parser, for mKG-RAG region-mapping responses:
-                   ``("mapping"|<image>|ENTITY|8)``, ``("mapping"|<object-3>|ENTITY|9)``,
+                   ``("mapping"|<image>|ENTITY|8)``, ``("matching"|<object-3>|ENTITY|9)``,
                    ``("mapping"|<relation-2>|SOURCE|TARGET|7)``; ``|`` or ``<|>`` between fields.
 ``scene_graph``    mKG-RAG scene graphs: ``<object-i>: category, (x1, y1, x2, y2)`` with
                    coordinates in [0, 1], and ``<relation-j>: <object-a> predicate <object-b>``.
@@ -25,8 +31,16 @@ Dialects (``dialect=`` names):
 Policy, the same for every dialect: each record is checked; a malformed one becomes an
 ``error`` issue and is dropped (lenient, the default) or makes the call raise
 :class:`ExtractionFormatError` once the whole text has been read (``strict=True``). Repairs
-(mangled delimiters, a relation written as an entity) keep the record and leave a ``warning``.
-Self-loops are dropped in both modes with a ``skip`` issue. Nothing is dropped silently.
+(mangled or dangling delimiters, a relation written as an entity, extra fields, a default
+weight, records joined on one line) keep the record and leave a ``warning``. Self-loops are
+dropped in both modes with a ``skip`` issue. Nothing is dropped silently.
+
+Reasoning models: ``<think>...</think>`` blocks (and everything before a leading orphan
+``</think>``) are blanked before detection and parsing, with a warning; a completion marker
+inside them does not end the answer. A well-formed empty answer (the completion marker alone;
+JSON with empty lists) is a valid empty result, also in strict mode. A missing completion
+marker is a warning when the last record read is whole, an error when it is malformed (the
+answer was probably cut off); ``complete`` stays ``False`` either way.
 
 Modules: one per dialect family (``lightrag``, ``tuples``, ``json_mode``, ``scene``); the shared
 collector, delimiter patterns and helpers are in ``_common``; detection and the public
@@ -56,7 +70,7 @@ _LIGHTRAG_LINE = re.compile(
     r"^[^\S\n]*(?:[-*]\s+)?[\"']?(?:entity|relation|relationship)[\"']?\s*(?:" + _DELIM.pattern + ")",
     re.IGNORECASE | re.MULTILINE)
 _TUPLE_RECORD = re.compile(
-    r"\(\s*[\"']?(?:entity|relationship|relation|content_keywords|mapping)[\"']?\s*(?:"
+    r"\(\s*[\"']?(?:entity|relationship|relation|content_keywords|mapping|matching)[\"']?\s*(?:"
     + _DELIM.pattern + r"|\|)", re.IGNORECASE)
 _SCENE_LINE = re.compile(r"^[^\S\n]*(?:[-*]\s+)?<\s*(?:object|relation)[-_ ]?\d+\s*>\s*:", re.IGNORECASE | re.MULTILINE)
 _JSON_KEYS = re.compile(r"\"(?:entities|relationships|relations)\"\s*:\s*\[")

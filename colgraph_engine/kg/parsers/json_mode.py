@@ -42,7 +42,8 @@ def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
             if not isinstance(item, dict):  # (the check _json_fields would make, without the call)
                 col.reject((i, start), "wrong JSON shape", raw, f"expected an object, got {type(item).__name__}")
                 continue
-            fields = _json_fields(col, (i, start), item, raw, _ENTITY_KEYS, ())
+            # A missing description is "" (an "empty description" warning), as for the other dialects.
+            fields = _json_fields(col, (i, start), item, raw, _ENTITY_KEYS[:2], _ENTITY_KEYS[2:])
             if fields is not None:
                 col.add_entity((i, start), raw, *fields)
     offset = 0  # relation positions count on across the lists
@@ -51,9 +52,11 @@ def _parse_json(text: str, strict: bool, dialect: str) -> ParseResult:
             continue
         for i, item in enumerate(items, offset):
             pos, raw = (i, start), _dumps(item)
-            fields = _json_fields(col, pos, item, raw, _RELATION_KEYS, (_KEYWORD_KEYS,))
+            fields = _json_fields(col, pos, item, raw, _RELATION_KEYS[:2], (_RELATION_KEYS[2], _KEYWORD_KEYS))
             if fields is None:
                 continue
+            if not fields[2].strip():
+                col.warn(pos, "empty description", raw, f"relation {fields[0]!r} -> {fields[1]!r}")
             weight = None
             value = _first(item, _WEIGHT_KEYS)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -147,7 +150,7 @@ def _json_fields(col: _Collector, pos: Position, item: object, raw: str, require
         value = _first(item, keys)
         if value is None and keys in optional:
             value = ""
-        if isinstance(value, list) and keys in optional and all(isinstance(v, str) for v in value):
+        if isinstance(value, list) and keys is _KEYWORD_KEYS and all(isinstance(v, str) for v in value):
             value = ", ".join(value)
         if not isinstance(value, str):
             col.reject(pos, "wrong JSON shape", raw, f"{keys[0]!r} must be a string, got {type(value).__name__}")
