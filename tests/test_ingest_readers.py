@@ -236,7 +236,8 @@ def test_scene_json_bad_boxes_and_unknown_ids_name_the_sidecar(tmp_path):
     assert "object id 2" in errors[1] and "x2 < x1" in errors[1]
     assert "unknown object id 7" in errors[2] and "unknown object id 1" in errors[3]
     # pixel boxes beyond the image are refused too
-    (tmp_path / "bad.scene.json").write_text(json.dumps({"objects": [{"id": 0, "category": "x", "bbox": [10, 10, 90, 20]}]}))
+    outside = {"objects": [{"id": 0, "category": "x", "bbox": [10, 10, 90, 20]}]}
+    (tmp_path / "bad.scene.json").write_text(json.dumps(outside))
     r = read_image(img)
     assert r.stats.regions == 0 and "pixel coordinates within the 64x64 image" in r.errors[0].message
     (tmp_path / "bad.scene.json").write_text("{not json")
