@@ -34,6 +34,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -55,6 +56,15 @@ _MAX_ID = 2**63 - 1
 StoreFormatError = _arraydir.FormatError  # a ValueError: missing, truncated, tampered or inconsistent
 
 
+class HostCopy(NamedTuple):
+    """Host (CPU) copies of one snapshot's offsets ``[N+1]``, alive ``[N]`` and id lookup
+    (sorted ids ``[N]``, their positions ``[N]``)."""
+    offsets: torch.Tensor
+    alive: torch.Tensor
+    sorted_ids: torch.Tensor
+    order: torch.Tensor
+
+
 class StoreSnapshot:
     """One immutable version of a store's contents; what every reader works on.
 
@@ -67,13 +77,26 @@ class StoreSnapshot:
         next_id: the first id :meth:`PackedStore.add` hands out without explicit ids.
     """
 
-    __slots__ = ("values", "offsets", "ids", "alive", "n_live", "next_id", "_lookup")
+    __slots__ = ("values", "offsets", "ids", "alive", "n_live", "next_id", "_lookup", "_host")
 
-    def __init__(self, values, offsets, ids, alive, next_id: int, n_live: int | None = None, lookup=None):
+    def __init__(self, values, offsets, ids, alive, next_id: int, n_live: int | None = None, lookup=None,
+                 host: HostCopy | None = None):
         self.values, self.offsets, self.ids, self.alive = values, offsets, ids, alive
         self.next_id = next_id
         self.n_live = int(alive.sum()) if n_live is None else n_live
         self._lookup = lookup
+        self._host = host
+
+    def host(self) -> HostCopy:
+        """Host (CPU) copies of what the query path validates and plans with, made on first use
+        (one transfer per snapshot; none for a CPU store). With them a query reads nothing back
+        from the device."""
+        h = self._host
+        if h is None:
+            sorted_ids, order = self.lookup()
+            h = HostCopy(self.offsets.cpu(), self.alive.cpu(), sorted_ids.cpu(), order.cpu())
+            self._host = h
+        return h
 
     @property
     def n_slots(self) -> int:
@@ -91,7 +114,8 @@ class StoreSnapshot:
 
     def replace(self, **fields) -> StoreSnapshot:
         cur = dict(values=self.values, offsets=self.offsets, ids=self.ids, alive=self.alive, next_id=self.next_id,
-                   n_live=self.n_live, lookup=self._lookup)
+                   n_live=self.n_live, lookup=self._lookup,
+                   host=None if {"offsets", "ids", "alive", "lookup"} & set(fields) else self._host)
         if "alive" in fields and "n_live" not in fields:
             cur["n_live"] = None
         if "ids" in fields and "lookup" not in fields:
@@ -377,55 +401,132 @@ class PackedStore:
         return out
 
     # -- search --------------------------------------------------------------------------
-    def _queries(self, queries, q_offsets):
+    def _queries(self, queries, q_offsets, assume_finite: bool = False):
+        """Validated queries on the store's device: ``(values [Tq, d], offsets [Nq+1], lengths [Nq])``,
+        the lengths on the host.
+
+        Nothing is read back from the device when the queries come as a list of tensors, or as
+        packed values with CPU `q_offsets`, and either they are on the host (checked there,
+        before the copy) or ``assume_finite=True``. Device-resident offsets cost one read."""
         if q_offsets is None:
+            lengths = None if isinstance(queries, torch.Tensor) else [getattr(x, "shape", (0,))[0] for x in queries]
             qv, qo = pack(queries, name="queries")
+            ql = torch.tensor(lengths, dtype=torch.int64) if lengths is not None else _ops.host_lengths(qo)
         else:
             qv = check_values(queries, "queries")
-            qo = check_offsets(q_offsets, qv.shape[0], qv.device, "q_offsets")
+            host_offsets = isinstance(q_offsets, torch.Tensor) and q_offsets.device.type == "cpu"
+            qo = check_offsets(q_offsets, qv.shape[0], q_offsets.device if host_offsets else qv.device, "q_offsets")
+            ql = _ops.host_lengths(qo)
         if qv.shape[1] != self.dim:
             raise ValueError(f"queries: expected dimension d={self.dim}, got {qv.shape[1]}")
         check_no_grad(qv, "queries", "search results carry no gradients")
-        source = qv.to(self.device)
-        qv = source
+        if qv.device.type == "cpu" or not assume_finite:
+            # Normalising finite vectors keeps them finite, so the source decides; without
+            # normalisation the cast to the store's dtype may overflow, so the cast decides.
+            check_finite(qv if self.normalize else qv.to(self.dtype), "queries", source=qv)
+        qv = qv.to(self.device)
         if self.normalize:
             qv = torch.nn.functional.normalize(qv.float(), dim=-1)
-        qv = qv.to(self.dtype)
-        check_finite(qv, "queries", source=source)
-        return qv, qo.to(self.device)
+        return qv.to(self.dtype), qo.to(self.device), ql
 
     def search(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *,
-               backend: str | None = None, chunk_docs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               backend: str | None = None, chunk_docs: int | None = None,
+               assume_finite: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact MaxSim top-k over live items (of the snapshot current when the call starts).
 
         Args:
             queries: a sequence of ``[L_i, d]`` tensors, or packed values ``[Tq, d]`` with `q_offsets`.
-            q_offsets: ``[Nq+1]`` int64 when `queries` is packed.
+            q_offsets: ``[Nq+1]`` int64 when `queries` is packed; on the CPU (or on the store's
+                device, which costs a read back to validate it).
             k: results per query (clipped to the number of live items).
             chunk_docs: items scored per step (positive int; default: about 16M scores per block).
+            assume_finite: skip the NaN/inf check of queries already on the device (the caller
+                vouches for them); queries on the host are always checked there.
 
         Returns:
             ``(scores [Nq, k'], ids [Nq, k'])``: float32 MaxSim scores and external int64 ids.
+
+        Waits on the device: none after the first call on a snapshot (which copies its offsets
+        to the host), when the queries are on the host or `assume_finite` is set, and their
+        offsets are known on the host (a list of tensors, or CPU `q_offsets`).
         """
-        qv, qo = self._queries(queries, q_offsets)
+        qv, qo, ql = self._queries(queries, q_offsets, assume_finite)
         k = _ops.check_positive_int(k, "k")
         chunk_docs = _ops.check_positive_int(chunk_docs, "chunk_docs", allow_none=True)
         name = _backend.resolve("store.search", self.device, backend)
         snap = self._snap
         alive = None if snap.n_live == snap.n_slots else snap.alive
-        scores, pos = _ops.topk_scan(qv, qo, snap.values, snap.offsets, k, name, alive, chunk_docs)
+        scores, pos = _ops.topk_scan(qv, qo, snap.values, snap.offsets, k, name, alive, chunk_docs,
+                                     q_lengths=ql, host_offsets=snap.host().offsets, n_live=snap.n_live)
         return scores, snap.ids[pos]
 
     def score_candidates(self, queries, q_offsets: torch.Tensor | None, cand_offsets: torch.Tensor,
-                         cand_ids: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
-        """``[C]`` float32 MaxSim of each query against its listed items (external ids, CSR)."""
-        qv, qo = self._queries(queries, q_offsets)
+                         cand_ids: torch.Tensor, *, backend: str | None = None,
+                         assume_finite: bool = False) -> torch.Tensor:
+        """``[C]`` float32 MaxSim of each query against its listed items (external ids, CSR).
+
+        Candidate ids and offsets given on the host (CPU tensors or, for ids, a sequence) are
+        validated there against the snapshot's host copies and then copied to the device: no
+        wait on the device (see :meth:`search` for the queries). On the device they cost reads.
+        """
+        _ops._check_bool(assume_finite, "assume_finite")
+        qv, qo, ql = self._queries(queries, q_offsets, assume_finite)
         snap = self._snap
-        pos = _positions(snap, _as_id_tensor(cand_ids, "cand_ids").to(self.device), False, "cand_ids")
-        co, pos = _ops.check_candidates(cand_offsets.to(self.device) if isinstance(cand_offsets, torch.Tensor) else cand_offsets,
-                                        pos, qo.numel() - 1, snap.n_slots, self.device)
+        ids = _as_id_tensor(cand_ids, "cand_ids")
+        nq = qo.shape[0] - 1
+        counts = None
+        if ids.device.type == "cpu" and isinstance(cand_offsets, torch.Tensor) and cand_offsets.device.type == "cpu":
+            h = snap.host()
+            pos = _find_positions(h.sorted_ids, h.order, h.alive, ids, False, "cand_ids")
+            co, pos = _ops.check_candidates(cand_offsets, pos, nq, snap.n_slots, pos.device)
+            counts = co.diff()
+            co, pos = co.to(self.device, non_blocking=True), pos.to(self.device, non_blocking=True)
+        else:
+            pos = _positions(snap, ids.to(self.device), False, "cand_ids")
+            co, pos = _ops.check_candidates(cand_offsets.to(self.device) if isinstance(cand_offsets, torch.Tensor)
+                                            else cand_offsets, pos, nq, snap.n_slots, self.device)
         name = _backend.resolve("store.score_candidates", self.device, backend)
-        return _ops._candidates_impl(name, qv, qo, snap.values, snap.offsets, co, pos)
+        return _ops._candidates_impl(name, qv, qo, snap.values, snap.offsets, co, pos, q_lengths=ql,
+                                     cand_counts=counts)
+
+    def warmup(self, query_lengths: Sequence[int] = (32,), n_queries: Sequence[int] = (1, 32), *,
+               candidates_per_query: int | None = 64, backend: str | None = None) -> dict[str, float]:
+        """Compiles and tunes the kernels for this store's shapes before the first timed query.
+
+        Runs one search per (query length, query count) pair, and one candidate scoring per
+        query length with `candidates_per_query` candidates each (None: skip), on random unit
+        queries; makes the snapshot's host copies. Triton keeps compiled kernels and autotune
+        choices in its on-disk cache, so a later process warms up from there.
+
+        Returns:
+            ``{"search_s": ..., "candidates_s": ...}`` wall seconds spent (synchronised).
+        """
+        for n in (*query_lengths, *n_queries):
+            _ops.check_positive_int(n, "query_lengths/n_queries")
+        import time
+        g = torch.Generator().manual_seed(0)
+        snap = self._snap
+        snap.host()
+        spent = {"search_s": 0.0, "candidates_s": 0.0}
+        if snap.n_live == 0:
+            return spent
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        for lq in query_lengths:
+            for nq in n_queries:
+                qs = [torch.nn.functional.normalize(torch.randn(lq, self.dim, generator=g), dim=-1) for _ in range(nq)]
+                t = time.perf_counter()
+                self.search(qs, k=min(10, snap.n_live), backend=backend)
+                sync()
+                spent["search_s"] += time.perf_counter() - t
+                if candidates_per_query:
+                    live = snap.ids[snap.alive].cpu() if snap.n_live < snap.n_slots else snap.ids.cpu()
+                    pick = torch.randint(0, live.numel(), (nq * candidates_per_query,), generator=g)
+                    t = time.perf_counter()
+                    self.score_candidates(qs, None, torch.arange(nq + 1) * candidates_per_query, live[pick],
+                                          backend=backend)
+                    sync()
+                    spent["candidates_s"] += time.perf_counter() - t
+        return spent
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
@@ -535,6 +636,13 @@ class PackedStore:
 def _positions(snap: StoreSnapshot, q: torch.Tensor, allow_deleted: bool, name: str) -> torch.Tensor:
     """Positions of ids `q` in one snapshot; ValueError naming `name` for unknown/deleted ids."""
     s, order = snap.lookup()
+    return _find_positions(s, order, snap.alive, q, allow_deleted, name)
+
+
+def _find_positions(s: torch.Tensor, order: torch.Tensor, alive: torch.Tensor, q: torch.Tensor,
+                    allow_deleted: bool, name: str) -> torch.Tensor:
+    """Positions of ids `q` given the sorted ids `s`, their positions `order` and `alive`
+    (all on `q`'s device)."""
     if q.numel() == 0:
         return torch.empty(0, dtype=torch.int64, device=q.device)
     if s.numel() == 0:
@@ -545,7 +653,7 @@ def _positions(snap: StoreSnapshot, q: torch.Tensor, allow_deleted: bool, name: 
         raise ValueError(f"{name}: id {int(q[~found][0])} is not in the store")
     pos = order[at]
     if not allow_deleted:
-        live = snap.alive[pos]
+        live = alive[pos]
         if not bool(live.all()):
             raise ValueError(f"{name}: id {int(q[~live][0])} was deleted")
     return pos

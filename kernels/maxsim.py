@@ -1,25 +1,39 @@
 """Fused MaxSim on tensor cores: ``score = sum_i max_j <q_i, x_j>`` per (query, document) pair.
 
-One program owns one document and a group of G queries. The G queries' tokens form the rows of
-an ``[BLOCK_M = G * LQP, d]`` tile (query g occupies rows g*LQP .. g*LQP + len_g - 1; rows past
-a query's length are masked and never score). The program streams the document's tokens in
-``[BLOCK_N, d]`` tiles, multiplies on tensor cores, and keeps the running max per row in
-registers, so the ``[Tq, Td]`` similarity matrix never reaches memory. At the end the row maxima
-are summed per query with a reshape to ``[G, LQP]``.
+Tile: a program scores G queries at once. Their tokens form the rows of a ``[BLOCK_M = G * LQP, d]``
+tile (query g occupies rows g*LQP .. g*LQP + len_g - 1; rows past a query's length never score).
+A document streams through in ``[BLOCK_N, d]`` tiles multiplied on tensor cores; the running
+max per row stays in registers, so the ``[Tq, Td]`` similarity matrix never reaches memory.
 
-Two ways to pick the (document, queries) of a program:
-  * cross:      every query against every document; program p -> document p // n_groups,
-                queries (p % n_groups) * G + [0, G). Consecutive programs share a document,
-                so it is read from HBM once and served from L2 to the other query groups.
-  * candidates: a work list built by the launcher, sorted by document, so each listed
-                document is streamed once for all the queries that list it.
+No masks in the streaming loop: the rows of a document's last, partial tile are clamped to its
+last row (``min(row, end - 1)``). A repeated row cannot change a max, every load stays inside
+the document, and the loads stay unpredicated 16-byte copies. An empty document runs no tile
+and scores ``-inf`` (a max over nothing); a query row past the query's length adds 0.
 
-Queries longer than MAX_LQP tokens are split into virtual queries of at most MAX_LQP tokens
-whose partial sums are added afterwards (sums over disjoint token sets add exactly).
-All row offsets are int64: products such as row * d pass 2^31 on large stores.
+Persistent grids (one wave of programs that loop), in document order:
+  * cross:      program p keeps query group ``p % n_groups`` resident and walks documents
+                ``p // n_groups, + stride, ...`` (stride = programs / n_groups): the programs
+                that share a document run side by side, so it is read from HBM once and served
+                from L2 to the other query groups. The document loop is flattened into the tile
+                loop (``tl.range(flatten=True)``), so the pipeliner fetches the next document's
+                first tile while the current one finishes.
+  * candidates: work items of exactly G queries of one document (G in 1, 2, 4, 8: a document
+                listed by k queries becomes items of 8, then 4, 2, 1 by the bits of k % 8),
+                one launch per bucket, items in document order. The lists are built on the
+                device without data-dependent sizes; the item count stays on the device and
+                the program loop reads it (no host wait).
+
+Queries longer than MAX_LQP tokens are scored in pieces of MAX_LQP tokens inside the program
+(sums over disjoint token sets add exactly), so nothing is split or gathered on the host.
+Row offsets are int64: products such as row * d pass 2^31 on large stores.
+
+The launchers take the queries' lengths from the host (the callers hold them: see
+:mod:`colgraph_engine.ops.scoring` and :class:`colgraph_engine.store.PackedStore`) and never
+read a device tensor: a call is a few device ops and one launch per bucket.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -27,275 +41,387 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
-MAX_LQP = 128        # most query rows one query may occupy in a tile
-TARGET_BLOCK_M = 128  # query rows per program when queries are short
+MAX_LQP = 128       # most rows one query occupies in a tile; longer queries run in pieces
+CROSS_ROWS = 256    # query rows per cross program when queries are short (8 queries of <= 32 tokens)
+WIDE_ROWS = 64      # rows wider than 256 bytes (d > 128 in 16 bits): smaller tiles fit without spills
+FP32_ROWS = 32      # float32 products run on FMA units (exact) with both operands in registers
+BUCKETS = (8, 4, 2, 1)  # queries per candidate work item
+# Resident programs per SM the persistent grids plan for: every kept config reaches this in the
+# compile table (benchmarks/results/kernel_compile.md); more programs than SMs x 2 would queue.
+PROGRAMS_PER_SM = 2
+
+# (BLOCK_N, num_warps, num_stages) kept per tile height (rows = G * LQP), from the sm_90 / sm_80
+# compile table: no spills and >= 2 resident programs per SM on both. Two at most per height,
+# so a store's shapes compile a handful of kernels, not dozens (the benchmark's budget).
+KEPT = {
+    16: ((64, 4, 3),),                   # sm_90 6 programs/SM, sm_80 4
+    32: ((64, 4, 3),),                   # 5, 4 (the 1-query path: memory bound, tiles in flight)
+    64: ((64, 4, 3),),                   # 3, 3
+    128: ((64, 4, 3), (32, 8, 3)),       # 2, 2 and 4, 2 (BLOCK_N 64 at 8 warps: 1 on sm_80)
+    256: ((32, 8, 3), (32, 4, 3)),       # 2, 2 and 2, 2 (BLOCK_N 64 here: 1 per SM, or spills)
+}
+# Rows wider than 256 bytes (bf16/fp16 d > 128, any fp32): Q and the staged document tiles take
+# more shared memory and the products more registers, so one narrow config (compile table:
+# the wide rows) replaces the table above.
+WIDE = (32, 4, 2)
+
+
+def _is_wide(d: int, fp32: bool) -> bool:
+    return fp32 or d > 128
 
 
 def _configs():
     if INTERPRET:  # one small config: the interpreter is exact but slow
         return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    return [
-        triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bn in (64, 128)
-        for w in (4, 8)
-        for s in (2, 3, 4)
-    ]
-
-
-@triton.jit
-def _tile_scores(q, q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_rows, x_valid, D,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
-                 MASK_ROWS: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] fp32 similarities of the query rows against one document tile."""
-    cols = tl.arange(0, BLOCK_K)
-    if NUM_K == 1:
-        x_ptrs = x_ptr + x_rows[:, None] * x_row_stride + cols[None, :]
-        if not EVEN_K:
-            x = tl.load(x_ptrs, mask=x_valid[:, None] & (cols < D)[None, :], other=0.0)
-        elif MASK_ROWS:
-            x = tl.load(x_ptrs, mask=x_valid[:, None], other=0.0)
-        else:  # a full tile of a document whose d fills BLOCK_K: no mask at all
-            x = tl.load(x_ptrs)
-        if UPCAST:
-            x = x.to(tl.float32)
-        if IEEE:
-            s = tl.dot(q, tl.trans(x), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(x))
-    else:
-        s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for kk in tl.static_range(NUM_K):
-            kc = kk * BLOCK_K + cols
-            qk = tl.load(q_ptr + q_rows[:, None] * q_row_stride + kc[None, :],
-                         mask=row_valid[:, None] & (kc < D)[None, :], other=0.0)
-            xk = tl.load(x_ptr + x_rows[:, None] * x_row_stride + kc[None, :],
-                         mask=x_valid[:, None] & (kc < D)[None, :], other=0.0)
-            if UPCAST:
-                qk = qk.to(tl.float32)
-                xk = xk.to(tl.float32)
-            if IEEE:
-                s += tl.dot(qk, tl.trans(xk), input_precision="ieee")
-            else:
-                s += tl.dot(qk, tl.trans(xk))
-    return s
-
-
-@triton.jit
-def _score_group(q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_start, x_end, D,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 NUM_K: tl.constexpr, G: tl.constexpr, LQP: tl.constexpr,
-                 EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    """[G] fp32: per query of the group, sum over its rows of max over document rows.
-
-    The max is kept element-wise in a [BLOCK_M, BLOCK_N] register tile and reduced across
-    columns once at the end, so the streaming loop has no cross-lane reductions. Full document
-    tiles load without masks; only the last partial tile is masked (-inf columns).
-    """
-    q = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-    if NUM_K == 1:
-        cols = tl.arange(0, BLOCK_K)
-        q = tl.load(q_ptr + q_rows[:, None] * q_row_stride + cols[None, :],
-                    mask=row_valid[:, None] & (cols < D)[None, :], other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
-    best = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
-    full_end = x_start + ((x_end - x_start) // BLOCK_N) * BLOCK_N
-    for n0 in range(x_start, full_end, BLOCK_N):
-        x_rows = n0 + tl.arange(0, BLOCK_N).to(tl.int64)
-        s = _tile_scores(q, q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_rows, x_rows < x_end, D,
-                         BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, False, EVEN_K, IEEE, UPCAST)
-        best = tl.maximum(best, s)
-    if full_end < x_end:
-        x_rows = full_end + tl.arange(0, BLOCK_N).to(tl.int64)
-        x_valid = x_rows < x_end
-        s = _tile_scores(q, q_ptr, q_row_stride, q_rows, row_valid, x_ptr, x_row_stride, x_rows, x_valid, D,
-                         BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, True, EVEN_K, IEEE, UPCAST)
-        best = tl.maximum(best, tl.where(x_valid[None, :], s, float("-inf")))
-    running = tl.max(best, axis=1)
-    # Rows that are not query tokens contribute nothing; an empty document leaves -inf.
-    running = tl.where(row_valid, running, 0.0)
-    return tl.sum(tl.reshape(running, [G, LQP]), axis=1)
+    kept = sorted({c for per_height in KEPT.values() for c in per_height} | {WIDE})
+    return [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s) for bn, w, s in kept]
 
 
 def _prune_configs(configs, named_args, **kwargs):
-    """Drops configs whose two [rows, BLOCK_N] fp32 register tiles (the tile product and the
-    running max) would take more than 128 registers per thread, i.e. spill."""
-    rows = kwargs.get("G", named_args.get("G", 1)) * kwargs.get("LQP", named_args.get("LQP", 1))
-    fitting = [c for c in configs if rows * c.kwargs["BLOCK_N"] // (32 * c.num_warps) <= 64]
-    return fitting or configs[:1]
+    """Keeps the configs of :data:`KEPT` for this tile height (all of them under the interpreter)."""
+    if INTERPRET:
+        return configs
+    rows = kwargs["G"] * kwargs["LQP"]
+    kept = (WIDE,) if _is_wide(kwargs["D"], kwargs["IEEE"]) else KEPT.get(rows, KEPT[256])
+    return [c for c in configs if (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in kept] or configs[:1]
 
 
-# WORK_LOG2 (log2 of the program count) is in the key so that a tiny first call does not fix
-# the configuration used for large ones.
-@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "CANDIDATES", "WORK_LOG2"],
-                 prune_configs_by={"early_config_prune": _prune_configs})
+# -------------------------------------------------------------------------------------------
+# Device helpers
+# -------------------------------------------------------------------------------------------
+
 @triton.jit
-def _maxsim_kernel(
-    q_ptr, q_offsets_ptr, n_queries, q_row_stride,
-    x_ptr, x_offsets_ptr, n_docs, x_row_stride,
-    out_ptr, out_row_stride,
-    item_doc_ptr, item_start_ptr, item_count_ptr, pair_query_ptr, pair_slot_ptr,
-    n_groups, D, WORK_LOG2,
-    G: tl.constexpr, LQP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, EVEN_K: tl.constexpr,
-    CANDIDATES: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr,
+def _load_q(q_ptr, q_rows, row_valid, k0, D: tl.constexpr,
+            BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+    """``[BLOCK_M, BLOCK_K]`` query rows, columns k0 .. k0 + BLOCK_K (zeros where not a token)."""
+    cols = k0 + tl.arange(0, BLOCK_K)
+    ptrs = q_ptr + q_rows[:, None] * D + cols[None, :]
+    if EVEN_K:
+        q = tl.load(ptrs, mask=row_valid[:, None], other=0.0)
+    else:
+        q = tl.load(ptrs, mask=row_valid[:, None] & (cols < D)[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    return q
+
+
+@triton.jit
+def _load_x(x_ptr, x_rows, k0, D: tl.constexpr,
+            BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+    """``[BLOCK_N, BLOCK_K]`` document rows (already clamped inside the document)."""
+    cols = k0 + tl.arange(0, BLOCK_K)
+    ptrs = x_ptr + x_rows[:, None] * D + cols[None, :]
+    if EVEN_K:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=(cols < D)[None, :], other=0.0)
+    if UPCAST:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _dot(a, b_t, acc, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a, tl.trans(b_t), acc, input_precision="ieee")
+    return tl.dot(a, tl.trans(b_t), acc)
+
+
+@triton.jit
+def _doc_row_max(q, q_ptr, q_rows, row_valid, x_ptr, x_start, x_end, D: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+                 EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """``[BLOCK_M]`` fp32: per query row, the max over the document's rows (-inf when empty).
+
+    `q` is the resident query tile when NUM_K == 1; otherwise the query columns are loaded
+    chunk by chunk beside the document's. The max is kept element-wise in a
+    ``[BLOCK_M, BLOCK_N]`` register tile and reduced across columns once at the end.
+    """
+    best = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
+    n_tiles = tl.cdiv(x_end - x_start, BLOCK_N)
+    last = x_end - 1
+    for t in range(n_tiles):
+        x_rows = tl.minimum(x_start + t * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64), last)
+        s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        if NUM_K == 1:
+            s = _dot(q, _load_x(x_ptr, x_rows, 0, D, BLOCK_K, EVEN_K, UPCAST), s, IEEE)
+        else:
+            for kk in tl.static_range(NUM_K):
+                qk = _load_q(q_ptr, q_rows, row_valid, kk * BLOCK_K, D, BLOCK_K, False, UPCAST)
+                xk = _load_x(x_ptr, x_rows, kk * BLOCK_K, D, BLOCK_K, False, UPCAST)
+                s = _dot(qk, xk, s, IEEE)
+        best = tl.maximum(best, s)
+    return tl.max(best, axis=1)
+
+
+@triton.jit
+def _sum_per_query(row_max, row_valid, G: tl.constexpr, LQP: tl.constexpr):
+    """``[G]``: rows that are not query tokens add nothing."""
+    return tl.sum(tl.reshape(tl.where(row_valid, row_max, 0.0), [G, LQP]), axis=1)
+
+
+# -------------------------------------------------------------------------------------------
+# Kernels
+# -------------------------------------------------------------------------------------------
+
+# Sizes that vary per call are not specialised (an int equal to 1, or divisible by 16, would
+# otherwise compile a kernel of its own); strides and D stay specialised: their divisibility by
+# 16 is what lets the loads become 16-byte vectors.
+@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "NUM_K", "IEEE", "PIECED"],
+                 prune_configs_by={"early_config_prune": _prune_configs}, cache_results=True)
+@triton.jit(do_not_specialize=["n_queries", "n_docs", "out_row_stride", "n_groups", "n_pieces"])
+def _cross_kernel(
+    q_ptr, q_offsets_ptr, n_queries, x_ptr, x_offsets_ptr, n_docs,
+    out_ptr, out_row_stride, n_groups, n_pieces,
+    D: tl.constexpr, G: tl.constexpr, LQP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+    EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, PIECED: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
+    """``out[q, doc]`` for every query and document. Grid: n_groups * docs-per-group programs."""
     BLOCK_M: tl.constexpr = G * LQP
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    group = pid % n_groups
+    rows = tl.arange(0, BLOCK_M)
+    tok = (rows % LQP).to(tl.int64)
+    query = group * G + rows // LQP
+    q_ok = query < n_queries
+    q_start = tl.load(q_offsets_ptr + query, mask=q_ok, other=0)
+    q_len = tl.load(q_offsets_ptr + query + 1, mask=q_ok, other=0) - q_start
+    first_q = group * G + tl.arange(0, G)
+    # The query tile stays resident for every document of this program.
+    valid0 = q_ok & (tok < q_len)
+    q = _load_q(q_ptr, q_start + tok, valid0, 0, D, BLOCK_K, EVEN_K, UPCAST)
+    for doc in tl.range(pid // n_groups, n_docs, n_prog // n_groups, flatten=True):
+        x_start = tl.load(x_offsets_ptr + doc)
+        x_end = tl.load(x_offsets_ptr + doc + 1)
+        if PIECED:  # queries longer than LQP: one pass over the document per piece of LQP tokens
+            total = tl.zeros([G], dtype=tl.float32)
+            for p in range(n_pieces):
+                ptok = p * LQP + tok
+                valid = q_ok & (ptok < q_len)
+                qp = _load_q(q_ptr, q_start + ptok, valid, 0, D, BLOCK_K, EVEN_K, UPCAST)
+                m = _doc_row_max(qp, q_ptr, q_start + ptok, valid, x_ptr, x_start, x_end,
+                                 D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, EVEN_K, IEEE, UPCAST)
+                total += _sum_per_query(m, valid, G, LQP)
+        else:
+            m = _doc_row_max(q, q_ptr, q_start + tok, valid0, x_ptr, x_start, x_end,
+                             D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, EVEN_K, IEEE, UPCAST)
+            total = _sum_per_query(m, valid0, G, LQP)
+        tl.store(out_ptr + first_q.to(tl.int64) * out_row_stride + doc, total, mask=first_q < n_queries)
+
+
+@triton.autotune(configs=_configs(), key=["D", "G", "LQP", "NUM_K", "IEEE", "PIECED"],
+                 prune_configs_by={"early_config_prune": _prune_configs}, cache_results=True)
+@triton.jit(do_not_specialize=["n_pieces"])
+def _candidates_kernel(
+    q_ptr, q_offsets_ptr, x_ptr, x_offsets_ptr,
+    out_ptr, pair_doc_ptr, pair_query_ptr, pair_slot_ptr, item_start_ptr, n_items_ptr, n_pieces,
+    D: tl.constexpr, G: tl.constexpr, LQP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+    EVEN_K: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, PIECED: tl.constexpr,
+):
+    """One score per pair of each work item: G (query, slot) pairs of one document.
+    The item count is read here, on the device; programs past it do nothing."""
+    BLOCK_M: tl.constexpr = G * LQP
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    n_items = tl.load(n_items_ptr)
     rows = tl.arange(0, BLOCK_M)
     local_q = rows // LQP
     tok = (rows % LQP).to(tl.int64)
-    group_q = tl.arange(0, G)
-    if CANDIDATES:
-        doc = tl.load(item_doc_ptr + pid)
-        start = tl.load(item_start_ptr + pid)
-        count = tl.load(item_count_ptr + pid)
-        pair_ok = local_q < count
-        query = tl.load(pair_query_ptr + start + local_q, mask=pair_ok, other=0)
-    else:
-        doc = pid // n_groups
-        first_q = (pid % n_groups) * G
-        query = first_q + local_q
-        pair_ok = query < n_queries
-    q_start = tl.load(q_offsets_ptr + query, mask=pair_ok, other=0)
-    q_end = tl.load(q_offsets_ptr + query + 1, mask=pair_ok, other=0)
-    row_valid = pair_ok & (tok < q_end - q_start)
-    x_start = tl.load(x_offsets_ptr + doc)
-    x_end = tl.load(x_offsets_ptr + doc + 1)
-    per_query = _score_group(q_ptr, q_row_stride, q_start + tok, row_valid, x_ptr, x_row_stride,
-                             x_start, x_end, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, G, LQP, EVEN_K, IEEE, UPCAST)
-    if CANDIDATES:
-        ok = group_q < count
-        slot = tl.load(pair_slot_ptr + start + group_q, mask=ok, other=0)
-        tl.store(out_ptr + slot, per_query, mask=ok)
-    else:
-        qs = first_q + group_q
-        tl.store(out_ptr + qs.to(tl.int64) * out_row_stride + doc, per_query, mask=qs < n_queries)
+    for item in tl.range(pid, n_items, n_prog, flatten=True):
+        start = tl.load(item_start_ptr + item)
+        doc = tl.load(pair_doc_ptr + start)
+        query = tl.load(pair_query_ptr + start + local_q)
+        q_start = tl.load(q_offsets_ptr + query)
+        q_len = tl.load(q_offsets_ptr + query + 1) - q_start
+        x_start = tl.load(x_offsets_ptr + doc)
+        x_end = tl.load(x_offsets_ptr + doc + 1)
+        if PIECED:
+            total = tl.zeros([G], dtype=tl.float32)
+            for p in range(n_pieces):
+                ptok = p * LQP + tok
+                valid = ptok < q_len
+                qp = _load_q(q_ptr, q_start + ptok, valid, 0, D, BLOCK_K, EVEN_K, UPCAST)
+                m = _doc_row_max(qp, q_ptr, q_start + ptok, valid, x_ptr, x_start, x_end,
+                                 D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, EVEN_K, IEEE, UPCAST)
+                total += _sum_per_query(m, valid, G, LQP)
+        else:
+            valid = tok < q_len
+            q = _load_q(q_ptr, q_start + tok, valid, 0, D, BLOCK_K, EVEN_K, UPCAST)
+            m = _doc_row_max(q, q_ptr, q_start + tok, valid, x_ptr, x_start, x_end,
+                             D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K, EVEN_K, IEEE, UPCAST)
+            total = _sum_per_query(m, valid, G, LQP)
+        slot = tl.load(pair_slot_ptr + start + tl.arange(0, G))
+        tl.store(out_ptr + slot, total)
 
 
 # ------------------------------------------------------------------------------------------
-# Launch helpers
+# Launch planning (host only: sizes and lengths the caller already holds)
 # ------------------------------------------------------------------------------------------
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _split_long_queries(q_offsets: torch.Tensor, lengths: list[int]):
-    """Virtual queries of at most MAX_LQP tokens: (virtual offsets, owner of each virtual query)."""
-    starts, owner = [0], []
-    pos = 0
-    for i, n in enumerate(lengths):
-        pieces = max(1, -(-n // MAX_LQP))
-        for p in range(pieces):
-            pos += min(MAX_LQP, n - p * MAX_LQP) if n else 0
-            starts.append(pos)
-            owner.append(i)
-    dev = q_offsets.device
-    return torch.tensor(starts, dtype=torch.int64, device=dev), torch.tensor(owner, dtype=torch.int64, device=dev)
+@functools.lru_cache(maxsize=256)
+def tile_plan(max_len: int, n_queries: int, d: int, rows: int = CROSS_ROWS,
+              fp32: bool = False) -> tuple[int, int, int, int, int, bool]:
+    """``(G, LQP, n_pieces, BLOCK_K, NUM_K, EVEN_K)`` for queries of at most `max_len` tokens.
 
-
-def _plan(q_offsets: torch.Tensor, d: int):
-    """Tile geometry for these queries: (q_offsets to use, owner map or None, G, LQP, BLOCK_K, NUM_K)."""
-    lengths = q_offsets.diff().tolist()
-    owner = None
-    if lengths and max(lengths) > MAX_LQP:
-        q_offsets, owner = _split_long_queries(q_offsets, lengths)
-        lengths = q_offsets.diff().tolist()
-    n = len(lengths)
-    lqp = _next_pow2(max(1, max(lengths, default=1)))
-    g = max(1, min(TARGET_BLOCK_M // lqp, _next_pow2(n)))
-    while g * lqp < 16:  # tl.dot needs at least 16 rows
+    LQP is the query length rounded up to a power of two (at most MAX_LQP; longer queries run in
+    ``n_pieces`` pieces); G fills `rows` query rows, no more groups than queries, and at
+    least 16 rows (the smallest tensor-core tile)."""
+    lqp = min(MAX_LQP, rows, _next_pow2(max(1, max_len)))
+    pieces = max(1, -(-max_len // lqp))
+    g = max(1, min(rows // lqp, _next_pow2(max(1, n_queries))))
+    while g * lqp < 16:
         g *= 2
-    block_k = min(_next_pow2(max(d, 16)), 128 if INTERPRET else 256)
-    return q_offsets, owner, g, lqp, block_k, -(-d // block_k)
+    block_k = _next_pow2(max(d, 16))
+    if INTERPRET:
+        block_k = min(block_k, 128)
+    elif fp32:  # FMA products hold both operands in registers: narrow column chunks
+        block_k = min(block_k, 32)
+    elif block_k > 256:  # wider rows are scored in chunks of 128 columns (256 spills)
+        block_k = 128
+    return g, lqp, pieces, block_k, -(-d // block_k), d % block_k == 0
 
 
-def _flags(values: torch.Tensor):
+def _rows(d: int, fp32: bool) -> int:
+    """Most query rows per tile for this row width (the compile table's limits)."""
+    return FP32_ROWS if fp32 else WIDE_ROWS if _is_wide(d, fp32) else CROSS_ROWS
+
+
+def _flags(values: torch.Tensor) -> tuple[bool, bool]:
     ieee = values.dtype == torch.float32
     # The interpreter computes bf16/fp16 products wrongly; widen loads there.
     upcast = INTERPRET and values.dtype != torch.float32
     return ieee, upcast
 
 
-def maxsim_cross(q_values, q_offsets, x_values, x_offsets, out=None) -> torch.Tensor:
-    """``[Nq, Nd]`` fp32 scores. `out`, when given, must be a contiguous fp32 ``[Nq, Nd]``."""
-    nq, nd, d = q_offsets.numel() - 1, x_offsets.numel() - 1, q_values.shape[1]
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2  # the interpreter: a small grid still exercises the persistent loops
+
+
+def max_programs(device: torch.device) -> int:
+    """Programs of one persistent wave on `device` (SMs x :data:`PROGRAMS_PER_SM`)."""
+    return _sm_count(device) * PROGRAMS_PER_SM
+
+
+def _lengths_info(q_lengths) -> tuple[int, int]:
+    """(number of queries, longest) from host lengths (a list/tuple of ints or a CPU tensor)."""
+    if isinstance(q_lengths, torch.Tensor):
+        if q_lengths.device.type != "cpu":
+            raise AssertionError("q_lengths must live on the host")  # a caller bug, not user input
+        n = q_lengths.numel()
+        return n, int(q_lengths.max()) if n else 0
+    return len(q_lengths), max(q_lengths, default=0)
+
+
+def maxsim_cross(q_values, q_offsets, x_values, x_offsets, out=None, *, q_lengths) -> torch.Tensor:
+    """``[Nq, Nd]`` fp32 scores. `q_lengths`: the queries' token counts, on the host.
+    `out`, when given, must be a contiguous fp32 ``[Nq, Nd]``."""
+    nq, nd, d = q_offsets.shape[0] - 1, x_offsets.shape[0] - 1, q_values.shape[1]
     if out is None:
         out = torch.empty((nq, nd), dtype=torch.float32, device=q_values.device)
     if nq == 0 or nd == 0:
         return out
     q_values, x_values = q_values.contiguous(), x_values.contiguous()
-    v_offsets, owner, g, lqp, block_k, num_k = _plan(q_offsets, d)
-    n_virtual = v_offsets.numel() - 1
-    target = out if owner is None else torch.empty((n_virtual, nd), dtype=torch.float32, device=out.device)
-    n_groups = -(-n_virtual // g)
+    _, max_len = _lengths_info(q_lengths)
+    fp32 = q_values.dtype == torch.float32
+    g, lqp, pieces, block_k, num_k, even_k = tile_plan(max_len, nq, d, _rows(d, fp32), fp32)
+    n_groups = -(-nq // g)
+    per_group = max(1, min(nd, max_programs(q_values.device) // n_groups))
     ieee, upcast = _flags(q_values)
-    dummy = x_offsets
-    _maxsim_kernel[(nd * n_groups,)](
-        q_values, v_offsets, n_virtual, q_values.stride(0),
-        x_values, x_offsets, nd, x_values.stride(0),
-        target, target.stride(0),
-        dummy, dummy, dummy, dummy, dummy,
-        n_groups, d, (nd * n_groups).bit_length(),
-        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=d % block_k == 0, CANDIDATES=False, IEEE=ieee, UPCAST=upcast,
+    _cross_kernel[(n_groups * per_group,)](
+        q_values, q_offsets, nq, x_values, x_offsets, nd,
+        out, out.stride(0), n_groups, pieces, D=d,
+        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=even_k, IEEE=ieee, UPCAST=upcast,
+        PIECED=pieces > 1,
     )
-    if owner is not None:
-        out.zero_().index_add_(0, owner, target)
     return out
 
 
-def build_work_items(pair_doc: torch.Tensor, pair_query: torch.Tensor, pair_slot: torch.Tensor, g: int):
-    """Sorts (doc, query, slot) pairs by document and cuts them into items of at most `g` pairs
-    of one document. Returns (item_doc, item_start, item_count, sorted pair_query, sorted pair_slot)."""
+def bucket_work(pair_doc: torch.Tensor, pair_query: torch.Tensor, pair_slot: torch.Tensor, n_docs: int,
+                buckets=BUCKETS):
+    """Cuts (doc, query, slot) pairs into work items of exactly G pairs of one document.
+
+    A document listed by k queries gives k // 8 items of 8, then one item of 4, 2 and 1 for each
+    bit set in k % 8. Device ops only, every size known on the host (no nonzero, no sync).
+
+    Returns ``(sorted pair_doc [C], sorted pair_query [C], sorted pair_slot [C], {G: (item_start
+    [C // G + 1], n_items [1])})``: items of bucket G start at ``item_start[:n_items]`` (indices into
+    the sorted pairs); entries past ``n_items`` are unused.
+    """
+    c = pair_doc.shape[0]
+    dev = pair_doc.device
     order = torch.sort(pair_doc, stable=True).indices
     sd, sq, ss = pair_doc[order], pair_query[order], pair_slot[order]
-    n = sd.numel()
-    new_run = torch.ones(n, dtype=torch.bool, device=sd.device)
+    idx = torch.arange(c, device=dev)
+    new_run = torch.ones(c, dtype=torch.bool, device=dev)
     new_run[1:] = sd[1:] != sd[:-1]
-    run_first = torch.nonzero(new_run).squeeze(1)
-    run_id = torch.cumsum(new_run.to(torch.int64), 0) - 1
-    rank = torch.arange(n, device=sd.device) - run_first[run_id]
-    item_start = torch.nonzero(rank % g == 0).squeeze(1)
-    bounds = torch.cat([item_start, torch.tensor([n], device=sd.device)])
-    return sd[item_start], item_start, bounds.diff(), sq, ss
+    run_first = torch.cummax(torch.where(new_run, idx, 0), 0).values
+    per_doc = torch.zeros(n_docs, dtype=torch.int64, device=dev).index_add_(0, sd, torch.ones_like(sd))
+    k = per_doc[sd]                      # pairs of this pair's document
+    j = idx - run_first                  # rank of the pair within its document
+    items = {}
+    taken = torch.zeros_like(k)          # pairs of the document in larger buckets
+    for gsz in buckets:
+        if gsz == buckets[0]:
+            span = (k // gsz) * gsz      # as many full items of the largest size as fit
+        else:
+            span = k % (2 * gsz) // gsz * gsz  # the bit of k for this size
+        inside = (j >= taken) & (j < taken + span)
+        starts = inside & ((j - taken) % gsz == 0)
+        cum = torch.cumsum(starts.to(torch.int64), 0)
+        cap = c // gsz + 1
+        item_start = torch.zeros(cap, dtype=torch.int64, device=dev)
+        # Starts land at their item index; every other pair writes the spare last entry.
+        item_start.scatter_(0, torch.where(starts, cum - 1, cap - 1), torch.where(starts, idx, 0))
+        items[gsz] = (item_start, cum[-1:] if c else torch.zeros(1, dtype=torch.int64, device=dev))
+        taken = taken + span
+    return sd, sq, ss, items
 
 
-def maxsim_candidates(q_values, q_offsets, x_values, x_offsets, cand_offsets, cand_ids, out=None) -> torch.Tensor:
-    """``[C]`` fp32: one score per listed (query, candidate document) pair."""
-    n_cand, d = cand_ids.numel(), q_values.shape[1]
+def maxsim_candidates(q_values, q_offsets, x_values, x_offsets, cand_offsets, cand_ids, out=None, *,
+                      q_lengths, cand_counts=None) -> torch.Tensor:
+    """``[C]`` fp32: one score per listed (query, candidate document) pair.
+
+    `q_lengths`: the queries' token counts on the host. `cand_counts`: candidates per query on
+    the host when the caller has them; otherwise the owner of each pair is found on the device
+    by a binary search in `cand_offsets`.
+    """
+    n_cand, d = cand_ids.shape[0], q_values.shape[1]
+    dev = q_values.device
     if out is None:
-        out = torch.empty(n_cand, dtype=torch.float32, device=q_values.device)
+        out = torch.empty(n_cand, dtype=torch.float32, device=dev)
     if n_cand == 0:
         return out
     q_values, x_values = q_values.contiguous(), x_values.contiguous()
-    dev = q_values.device
-    nq = q_offsets.numel() - 1
-    pair_query = torch.repeat_interleave(torch.arange(nq, device=dev), cand_offsets.diff())
-    pair_slot = torch.arange(n_cand, device=dev)
-    pair_doc = cand_ids
-    v_offsets, owner, g, lqp, block_k, num_k = _plan(q_offsets, d)
-    target = out
-    if owner is not None:
-        # Each candidate of a split query becomes one pair per piece; pieces add afterwards.
-        pieces = torch.bincount(owner, minlength=nq)
-        first_piece = torch.cumsum(pieces, 0) - pieces
-        reps = pieces[pair_query]
-        slot_rep = torch.repeat_interleave(pair_slot, reps)
-        within = torch.arange(slot_rep.numel(), device=dev) - torch.repeat_interleave(torch.cumsum(reps, 0) - reps, reps)
-        pair_query = first_piece[pair_query[slot_rep]] + within
-        pair_doc = cand_ids[slot_rep]
-        pair_slot = torch.arange(slot_rep.numel(), device=dev)
-        target = torch.empty(slot_rep.numel(), dtype=torch.float32, device=dev)
-    item_doc, item_start, item_count, sq, ss = build_work_items(pair_doc, pair_query, pair_slot, g)
+    nq, nd = q_offsets.shape[0] - 1, x_offsets.shape[0] - 1
+    _, max_len = _lengths_info(q_lengths)
+    slots = torch.arange(n_cand, device=dev)
+    if cand_counts is not None:
+        counts = torch.as_tensor(cand_counts, dtype=torch.int64).to(dev, non_blocking=True)
+        pair_query = torch.repeat_interleave(torch.arange(nq, device=dev), counts, output_size=n_cand)
+    else:
+        pair_query = torch.searchsorted(cand_offsets, slots, right=True) - 1
+    fp32 = q_values.dtype == torch.float32
+    rows = _rows(d, fp32)
+    lqp = tile_plan(max_len, 1, d, rows, fp32)[1]
+    buckets = tuple(b for b in BUCKETS if b * lqp <= rows or b == 1)
+    sd, sq, ss, items = bucket_work(cand_ids, pair_query, slots, nd, buckets)
     ieee, upcast = _flags(q_values)
-    _maxsim_kernel[(item_doc.numel(),)](
-        q_values, v_offsets, v_offsets.numel() - 1, q_values.stride(0),
-        x_values, x_offsets, x_offsets.numel() - 1, x_values.stride(0),
-        target, 0,
-        item_doc, item_start, item_count, sq, ss,
-        1, d, item_doc.numel().bit_length(),
-        G=g, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=d % block_k == 0, CANDIDATES=True, IEEE=ieee, UPCAST=upcast,
-    )
-    if owner is not None:
-        out.zero_().index_add_(0, slot_rep, target)
+    wave = max_programs(dev)
+    for gsz, (item_start, n_items) in items.items():
+        _, lqp, pieces, block_k, num_k, even_k = tile_plan(max_len, gsz, d, gsz * lqp, fp32)
+        lqp = max(lqp, 16 // gsz)  # at least 16 rows per tile
+        _candidates_kernel[(max(1, min(wave, n_cand // gsz)),)](
+            q_values, q_offsets, x_values, x_offsets,
+            out, sd, sq, ss, item_start, n_items, pieces, D=d,
+            G=gsz, LQP=lqp, BLOCK_K=block_k, NUM_K=num_k, EVEN_K=even_k, IEEE=ieee, UPCAST=upcast,
+            PIECED=pieces > 1,
+        )
     return out

@@ -167,11 +167,11 @@ def test_triton_writes_every_output_element(dtype):
     qv, qo = random_packed([3, 17, 1, 140], 40, dtype, seed=13, device=TRITON_DEVICE)
     xv, xo = random_packed([5, 0, 29], 40, dtype, seed=14, device=TRITON_DEVICE)
     out = torch.full((4, 3), float("nan"), device=TRITON_DEVICE)
-    km.maxsim_cross(qv, qo, xv, xo, out)
+    km.maxsim_cross(qv, qo, xv, xo, out, q_lengths=[3, 17, 1, 140])
     assert not torch.isnan(out).any()
     co, ci = _csr([[2, 1], [], [0, 2, 2], [1]])
     cand = torch.full((6,), float("nan"), device=TRITON_DEVICE)
-    km.maxsim_candidates(qv, qo, xv, xo, co.to(TRITON_DEVICE), ci.to(TRITON_DEVICE), cand)
+    km.maxsim_candidates(qv, qo, xv, xo, co.to(TRITON_DEVICE), ci.to(TRITON_DEVICE), cand, q_lengths=[3, 17, 1, 140])
     assert not torch.isnan(cand).any()
 
 

@@ -39,10 +39,18 @@ from . import reference
 # Implementations behind the dispatch (inputs already validated)
 # ------------------------------------------------------------------------------------------
 
-def _cross_impl(name, qv, qo, xv, xo, out=None):
+def host_lengths(offsets: torch.Tensor) -> torch.Tensor:
+    """``[N]`` int64 item lengths on the host. A CPU tensor costs no transfer; a device tensor
+    costs one read (callers that hold host offsets, such as a store, pass those instead)."""
+    return (offsets if offsets.device.type == "cpu" else offsets.cpu()).diff()
+
+
+def _cross_impl(name, qv, qo, xv, xo, out=None, q_lengths=None):
+    """`q_lengths`: the queries' lengths on the host when the caller has them (the Triton
+    launcher plans tiles with them; without them they are read from `qo`)."""
     if name == "triton":
         from ..kernels import maxsim as tk
-        return tk.maxsim_cross(qv, qo, xv, xo, out)
+        return tk.maxsim_cross(qv, qo, xv, xo, out, q_lengths=host_lengths(qo) if q_lengths is None else q_lengths)
     if name == "native":
         from . import _native_impl
         return _native_impl.maxsim_cross(qv, qo, xv, xo, out)
@@ -50,10 +58,13 @@ def _cross_impl(name, qv, qo, xv, xo, out=None):
     return res if out is None else out.copy_(res)
 
 
-def _candidates_impl(name, qv, qo, xv, xo, co, ci, out=None):
+def _candidates_impl(name, qv, qo, xv, xo, co, ci, out=None, q_lengths=None, cand_counts=None):
+    """`q_lengths`, `cand_counts`: host copies when the caller has them (see :func:`_cross_impl`)."""
     if name == "triton":
         from ..kernels import maxsim as tk
-        return tk.maxsim_candidates(qv, qo, xv, xo, co, ci, out)
+        return tk.maxsim_candidates(qv, qo, xv, xo, co, ci, out,
+                                    q_lengths=host_lengths(qo) if q_lengths is None else q_lengths,
+                                    cand_counts=cand_counts)
     if name == "native":
         from . import _native_impl
         return _native_impl.maxsim_candidates(qv, qo, xv, xo, co, ci, out)
@@ -265,14 +276,22 @@ def _normalized_block(xv: torch.Tensor, lo: int, hi: int, scratch: dict) -> torc
 
 
 def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = None,
-              chunk_docs: int | None = None, normalize: bool = False):
+              chunk_docs: int | None = None, normalize: bool = False, *, q_lengths=None,
+              host_offsets: torch.Tensor | None = None, n_live: int | None = None):
     """Exact top-k by scanning documents in chunks (inputs validated). See :func:`maxsim_topk`.
 
     With `normalize`, `qv` is normalised once and the documents one chunk at a time (a chunk
     then holds at most :data:`NORMALIZE_BLOCK_ELEMS` values unless one document alone is longer).
+    A caller that holds the queries' lengths, the document offsets and the live count on the
+    host (a store) passes them: the scan then reads nothing back from the device.
     """
-    nq, nd = qo.numel() - 1, xo.numel() - 1
-    n_live = nd if alive is None else int(alive.sum())
+    nq, nd = qo.shape[0] - 1, xo.shape[0] - 1
+    if n_live is None:
+        n_live = nd if alive is None else int(alive.sum())
+    if name == "triton" and q_lengths is None:
+        q_lengths = host_lengths(qo)
+    if host_offsets is None:
+        host_offsets = xo if xo.device.type == "cpu" else None
     k = min(k, n_live)
     dev = qv.device
     best_s = torch.empty((nq, 0), dtype=torch.float32, device=dev)
@@ -284,13 +303,16 @@ def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = No
         qv = _unit(qv)
     chunk = chunk_docs or max(1024, (1 << 24) // max(1, nq))
     max_rows = max(1, NORMALIZE_BLOCK_ELEMS // max(1, xv.shape[1])) if normalize else None
-    starts = _chunk_edges(xo, nd, chunk, max_rows)
-    row_of = dict(zip(starts, xo[torch.tensor(starts, device=xo.device)].tolist()))  # only chunk edges
+    starts = _chunk_edges(xo if host_offsets is None else host_offsets, nd, chunk, max_rows)
+    if host_offsets is not None:
+        row_of = dict(zip(starts, host_offsets[starts].tolist()))
+    else:
+        row_of = dict(zip(starts, xo[torch.tensor(starts, device=xo.device)].tolist()))  # only chunk edges
     scratch: dict = {}
     for a, b in zip(starts[:-1], starts[1:]):
         sub_x = _normalized_block(xv, row_of[a], row_of[b], scratch) if normalize else xv[row_of[a]:row_of[b]]
         sub_o = xo[a:b + 1] - row_of[a]
-        s = _cross_impl(name, qv, qo, sub_x, sub_o)
+        s = _cross_impl(name, qv, qo, sub_x, sub_o, q_lengths=q_lengths)
         idx = torch.arange(a, b, device=dev).expand(nq, -1)
         dead = None
         if alive is not None:
