@@ -3,6 +3,7 @@
     colgraph demo [--out DIR] [--json]          build the demo index offline and answer its questions
     colgraph query INDEX QUESTION [--image PATH] [--caption TEXT] [--json] [--kd N --kg N --hops N --k N ...]
     colgraph info INDEX                         counts, encoders, backends
+    colgraph index build|add|remove|info|verify  files -> index, and index upkeep (see cli_index.py)
 
 An index built with the offline encoders (``Encoders.offline()``) or with MiniLM + EfficientNet
 (``--encoders models``) is reopened with the same encoders; names recorded in the manifest must
@@ -202,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--recall-side", dest="recall_side", default=None)
     i = sub.add_parser("info", help="what an index holds")
     i.add_argument("index")
+    from .cli_index import add_parser, run
+    add_parser(sub)
     args = ap.parse_args(argv)
-    return {"demo": cmd_demo, "query": cmd_query, "info": cmd_info}[args.command](args)
+    return {"demo": cmd_demo, "query": cmd_query, "info": cmd_info, "index": run}[args.command](args)
 
 
 if __name__ == "__main__":

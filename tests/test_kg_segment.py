@@ -14,7 +14,8 @@ def test_image_sections_stay_whole_and_block_merging():
     segs = segment_sections(secs, max_tokens=10)
     assert [s.sections for s in segs] == [(0, 0), (1, 1), (2, 3)]
     assert segs[1].images == ("fig1.png",) and segs[1].n_tokens == 50  # over budget, still whole
-    assert segs[2].text == words(4, "c") + " " + words(2, "d") and segs[2].n_tokens == 6
+    # merged sections keep a paragraph break between them
+    assert segs[2].text == words(4, "c") + "\n\n" + words(2, "d") and segs[2].n_tokens == 6
 
 
 def test_merge_up_to_the_budget_then_start_a_new_segment():
@@ -59,3 +60,15 @@ def test_bad_sections():
         segment_sections("just a string")
     with pytest.raises(TypeError, match=r"sections\[1\]"):
         segment_sections(["ok", 3])
+
+
+def test_paragraph_breaks_survive_segmentation_and_cost_no_tokens():
+    # a heading kept in its section's text must not run into the next sentence
+    sec = Section("The Alps\n\nThe Matterhorn stands above Zermatt.\n  \n\nIt is 4,478 m high.\nLine two.")
+    (seg,) = segment_sections([sec, Section("Rail\n\nThe Glacier Express.")], max_tokens=100)
+    assert seg.text == ("The Alps\n\nThe Matterhorn stands above Zermatt.\n\nIt is 4,478 m high. Line two."
+                        "\n\nRail\n\nThe Glacier Express.")
+    assert seg.n_tokens == 18
+    # a split never starts or ends a piece with a break, and counts words only
+    pieces = segment_sections(["a b\n\nc d\n\ne f"], max_tokens=2)
+    assert [p.text for p in pieces] == ["a b", "c d", "e f"] and [p.n_tokens for p in pieces] == [2, 2, 2]

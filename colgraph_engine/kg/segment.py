@@ -7,9 +7,13 @@ and its images stay in the same segment. Merging never crosses a section with im
 
 Tokens are counted per whitespace-separated word by ``count_tokens`` (default: one token per
 word; pass a model tokenizer's counter for exact budgets), so splits fall on word boundaries.
+A segment's text is its words joined by single spaces, except that paragraph breaks (blank lines
+inside a section, and the boundary between merged sections) stay as one blank line: a heading
+such as "The Alps" must not run into the sentence after it.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,6 +75,27 @@ def _split_words(words: list[str], costs: list[int], max_tokens: int, overlap: i
     return ranges
 
 
+_BREAK = "\n\n"  # a paragraph break among the words (costs no token); compared by identity
+_PARAGRAPHS = re.compile(r"\n[^\S\n]*\n\s*")
+
+
+def _words(text: str) -> list[str]:
+    """Words of `text` with :data:`_BREAK` between paragraphs (blank-line separated)."""
+    out: list[str] = []
+    for para in _PARAGRAPHS.split(text):
+        ws = para.split()
+        if ws:
+            if out:
+                out.append(_BREAK)
+            out.extend(ws)
+    return out
+
+
+def _join(words: list[str]) -> str:
+    text = " ".join(words).replace(f" {_BREAK} ", _BREAK)
+    return text.strip()
+
+
 def segment_sections(sections: Sequence[Section | str], *, max_tokens: int = 1200, overlap_tokens: int = 0,
                      count_tokens: Callable[[str], int] | None = None) -> list[Segment]:
     """Segments of `sections` by the rule above; empty image-free sections are dropped.
@@ -88,24 +113,24 @@ def segment_sections(sections: Sequence[Section | str], *, max_tokens: int = 120
 
     def flush():
         if buf:
-            words = [w for _, ws, _ in buf for w in ws]
+            words = [w for k, (_, ws, _) in enumerate(buf) for w in ([_BREAK] if k else []) + ws]
             total = sum(c for _, _, cs in buf for c in cs)
-            out.append(Segment(" ".join(words), (), (buf[0][0], buf[-1][0]), total))
+            out.append(Segment(_join(words), (), (buf[0][0], buf[-1][0]), total))
             buf.clear()
 
     for i, s in enumerate(secs):
-        words = s.text.split()
-        costs = [int(cost(w)) for w in words]
+        words = _words(s.text)
+        costs = [0 if w is _BREAK else int(cost(w)) for w in words]
         total = sum(costs)
         if s.images:
             flush()
-            out.append(Segment(" ".join(words), tuple(s.images), (i, i), total))
+            out.append(Segment(_join(words), tuple(s.images), (i, i), total))
         elif not words:
             continue
         elif total > max_tokens:
             flush()
             for part, (a, b) in enumerate(_split_words(words, costs, max_tokens, overlap_tokens)):
-                out.append(Segment(" ".join(words[a:b]), (), (i, i), sum(costs[a:b]), part))
+                out.append(Segment(_join(words[a:b]), (), (i, i), sum(costs[a:b]), part))
         else:
             if buf and sum(c for _, _, cs in buf for c in cs) + total > max_tokens:
                 flush()

@@ -1,0 +1,250 @@
+"""``colgraph index``: build, grow, shrink, describe and check an index directory.
+
+    colgraph index build DIR --out INDEX [options]   read every file under DIR into a new index
+                                                     (an existing INDEX is resumed: documents
+                                                     already in it are not read again)
+    colgraph index add INDEX PATH... [options]       add folders or files to an index
+    colgraph index remove INDEX DOC_ID...            remove documents (exactly: nothing remains)
+    colgraph index info INDEX [--json]               counts and one row per document
+    colgraph index verify INDEX                      every checksum, count and structure; exit 1 if damaged
+
+Options of build and add: ``--encoders offline|models``; readers: ``--ocr`` (RapidOCR for pages
+without a text layer), ``--no-page-images``, ``--no-embedded-images``, ``--scale``,
+``--sections headings|pages``; model hooks on an OpenAI-compatible endpoint: ``--llm-url`` with
+``--llm-model`` (text extraction), ``--vision-model`` (scene graphs and region matches),
+``--caption-model``, ``--api-key-env`` (the variable holding the key), ``--gleaning``,
+``--concurrency``, ``--timeout``, ``--cache`` (reply cache folder; default ``INDEX.llm-cache``
+beside the index, so that a rebuild costs no calls); ``--batch-size``, ``--max-tokens``,
+``--json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    ix = sub.add_parser("index", help="build, grow, shrink, describe or check an index directory")
+    isub = ix.add_subparsers(dest="index_command", required=True)
+    b = isub.add_parser("build", help="read every file under DIR into an index")
+    b.add_argument("dir", type=Path)
+    b.add_argument("--out", type=Path, required=True, help="the index directory")
+    b.add_argument("--overwrite", action="store_true", help="start over instead of resuming an existing index")
+    _ingest_options(b)
+    a = isub.add_parser("add", help="add folders or files to an index")
+    a.add_argument("index", type=Path)
+    a.add_argument("paths", nargs="+", type=Path)
+    _ingest_options(a)
+    r = isub.add_parser("remove", help="remove documents by id")
+    r.add_argument("index", type=Path)
+    r.add_argument("doc_ids", nargs="+")
+    r.add_argument("--encoders", default=None)
+    i = isub.add_parser("info", help="counts and one row per document")
+    i.add_argument("index", type=Path)
+    i.add_argument("--json", action="store_true")
+    v = isub.add_parser("verify", help="check every checksum, count and structure")
+    v.add_argument("index", type=Path)
+
+
+def _ingest_options(p) -> None:
+    from .cli import ENCODER_SETS
+
+    p.add_argument("--encoders", choices=sorted(ENCODER_SETS), default=None,
+                   help="offline (default for a new index) or models (MiniLM + EfficientNet)")
+    p.add_argument("--ocr", action="store_true", help="OCR pages without a text layer (RapidOCR)")
+    p.add_argument("--no-page-images", dest="render_pages", action="store_false")
+    p.add_argument("--no-embedded-images", dest="extract_images", action="store_false")
+    p.add_argument("--scale", type=float, default=None, help="page render scale (1.0 = 72 dpi)")
+    p.add_argument("--sections", choices=("headings", "pages"), default=None)
+    p.add_argument("--batch-size", type=int, default=8, help="documents per commit")
+    p.add_argument("--max-tokens", type=int, default=1200, help="segment size in words")
+    p.add_argument("--llm-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    p.add_argument("--llm-model", default=None, help="model for text extraction")
+    p.add_argument("--vision-model", default=None, help="model for scene graphs and region matches")
+    p.add_argument("--caption-model", default=None, help="model for captions of images without one")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    p.add_argument("--gleaning", type=int, default=1)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--cache", type=Path, default=None, help="model reply cache folder")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args) -> int:
+    try:
+        return {"build": _build, "add": _add, "remove": _remove, "info": _info,
+                "verify": _verify}[args.index_command](args)
+    except (TypeError, ValueError) as exc:
+        print(f"colgraph index {args.index_command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _build(args) -> int:
+    from .cli import ENCODER_SETS, _open_index
+    from .kg import KnowledgeIndex
+
+    if not args.dir.is_dir():
+        raise ValueError(f"DIR: not a folder: {args.dir}")
+    resume = (args.out / "manifest.json").exists() and not args.overwrite
+    if resume:
+        index, _ = _open_index(str(args.out), args.encoders)
+        if not args.json:
+            print(f"resuming {args.out}: {len(index)} documents already indexed are not read again")
+    else:
+        enc = ENCODER_SETS[args.encoders or "offline"]()
+        index = KnowledgeIndex.create(args.out, enc, overwrite=args.overwrite)
+    return _ingest_and_report(index, [args.dir], args, args.out)
+
+
+def _add(args) -> int:
+    from .cli import _open_index
+
+    index, _ = _open_index(str(args.index), args.encoders)
+    for p in args.paths:
+        if not p.exists():
+            raise ValueError(f"PATH: no such file or folder: {p}")
+    return _ingest_and_report(index, args.paths, args, args.index)
+
+
+def _ingest_and_report(index, sources, args, where: Path) -> int:
+    from .ingest.folder import IngestReport, ingest
+
+    hooks = _hooks(args, where)
+    reader_options = {"render_pages": args.render_pages, "extract_images": args.extract_images}
+    if args.scale is not None:
+        reader_options["scale"] = args.scale
+    if args.sections is not None:
+        reader_options["sections"] = args.sections
+    if args.ocr:
+        from .encoders.ocr import RapidOcr
+        reader_options["ocr"] = RapidOcr()
+    total = IngestReport()
+    for source in sources:
+        report = ingest(index, source, reader_options=reader_options, batch_size=args.batch_size,
+                        max_tokens=args.max_tokens, progress=not args.json, **hooks)
+        total.documents += report.documents
+        total.seconds += report.seconds
+    failed_calls = [vars(f) for c in _clients(hooks) for f in c.failures]
+    if args.json:
+        print(json.dumps({"index": str(where), **total.as_dict(), "failed_model_calls": failed_calls},
+                         indent=1, default=str))
+    else:
+        print(total.table())
+        t = total.totals
+        pages = t["pages"]
+        rate = f", {pages / total.seconds:.1f} pages/s" if pages and total.seconds > 0 else ""
+        print(f"{where}: {len(index)} documents in the index; this run {total.seconds:.1f} s{rate}")
+        for c in _clients(hooks):
+            s = c.stats
+            print(f"model {c.model}: {s.calls} calls, {s.cache_hits} from the cache, {s.retries} retries, "
+                  f"{len(c.failures)} failed")
+    return 0
+
+
+def _hooks(args, where: Path) -> dict:
+    """The model hooks the options ask for (none by default: the offline build)."""
+    models = {"extractor": args.llm_model, "vision": args.vision_model, "caption": args.caption_model}
+    if not any(models.values()):
+        if args.llm_url:
+            raise ValueError("--llm-url: name at least one of --llm-model, --vision-model, --caption-model")
+        return {}
+    if not args.llm_url:
+        raise ValueError("--llm-model / --vision-model / --caption-model: --llm-url (the endpoint) is needed")
+    from .ingest.cache import ResponseCache
+    from .ingest.chat import ChatClient
+    from .ingest.hooks import CaptionHook, LLMExtractor, VisionHook
+
+    cache = ResponseCache(args.cache if args.cache is not None else where.with_name(where.name + ".llm-cache"))
+    key = os.environ.get(args.api_key_env)
+    clients = {}
+
+    def client(model):
+        if model not in clients:
+            clients[model] = ChatClient(args.llm_url, model, api_key=key, timeout=args.timeout,
+                                        concurrency=args.concurrency, cache=cache)
+        return clients[model]
+
+    out = {}
+    if args.llm_model:
+        out["extractor"] = LLMExtractor(client(args.llm_model), gleaning=args.gleaning)
+    if args.vision_model:
+        out["vision"] = VisionHook(client(args.vision_model))
+    if args.caption_model:
+        out["caption"] = CaptionHook(client(args.caption_model))
+    return out
+
+
+def _clients(hooks: dict) -> list:
+    seen, out = set(), []
+    for h in hooks.values():
+        c = getattr(h, "client", None)
+        if c is not None and id(c) not in seen:
+            seen.add(id(c))
+            out.append(c)
+    return out
+
+
+def _remove(args) -> int:
+    from .cli import _open_index
+
+    index, _ = _open_index(str(args.index), args.encoders)
+    missing = [d for d in args.doc_ids if d not in index]
+    if missing:
+        raise ValueError(f"DOC_ID: not in the index: {missing[:5]}" + (" ..." if len(missing) > 5 else ""))
+    for doc_id in args.doc_ids:
+        index.remove_document(doc_id)
+        print(f"removed {doc_id}")
+    print(f"{args.index}: {len(index)} documents remain")
+    return 0
+
+
+def _info(args) -> int:
+    from .kg.index import _read_manifest
+
+    m = _read_manifest(args.index)
+    docs = m["documents"]
+    if args.json:
+        print(json.dumps({"index": str(args.index), "generation": m["generation"], "totals": m.get("totals"),
+                          "encoders": m["encoders"], "dims": m["dims"], "dtype": m["dtype"],
+                          "documents": docs}, indent=1))
+        return 0
+    keys = ("segments", "entities", "relations", "images", "regions", "tables")
+    print(f"{args.index}: generation {m['generation']}, {len(docs)} documents, vectors {m['dtype']}, "
+          f"encoders " + ", ".join(f"{r}={e['name']}" for r, e in m["encoders"].items() if e))
+    width = min(max([len(d["doc_id"]) for d in docs] + [8]), 48)
+    print("document".ljust(width) + "".join(k.rjust(11) for k in keys))
+    for d in docs:
+        c = d.get("counts", {})
+        print(d["doc_id"][:width].ljust(width) + "".join(str(c.get(k, "")).rjust(11) for k in keys))
+    t = m.get("totals") or {}
+    print("total".ljust(width) + "".join(str(t.get(k, "")).rjust(11) for k in keys))
+    return 0
+
+
+def _verify(args) -> int:
+    from .kg import KnowledgeIndex
+    from .kg.index import IndexFormatError
+
+    try:
+        index = KnowledgeIndex.open(args.index, verify=True)
+        graph = index.graph  # the merged graph assembles: ids, offsets and aliases are consistent
+    except (IndexFormatError, OSError) as exc:
+        print(f"colgraph index verify: DAMAGED: {exc}", file=sys.stderr)
+        return 1
+    c = index.counts
+    print(f"{args.index}: OK ({len(index)} documents, {graph.n_nodes} nodes, {graph.n_edges} edges, "
+          + ", ".join(f"{v} {k}" for k, v in c.items() if k.endswith("_vectors") and v) + "; every checksum matches)")
+    return 0
+
+
+def main(argv=None) -> int:  # for `python -m colgraph_engine.cli_index`
+    ap = argparse.ArgumentParser(prog="colgraph")
+    add_parser(ap.add_subparsers(dest="command", required=True))
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,420 @@
+"""Folder ingest: files -> readers -> optional model hooks -> document graphs -> the index.
+
+:func:`ingest` takes a folder (every file under it, document id = relative POSIX path) or a list
+of files (document id = file name) and, per document:
+
+1. reads it (:mod:`.readers`; an unreadable file is reported and skipped, the batch goes on);
+2. skips it when its id is already in the index (so an interrupted ingest, rerun, adds only what
+   is missing: documents are committed in batches of ``batch_size`` and a batch is all or
+   nothing);
+3. captions images without one (``caption`` hook);
+4. segments the sections (mKG-RAG's rule, :func:`~colgraph_engine.kg.segment_sections`) and
+   extracts records per segment: given records (record files) as they are, else the
+   ``extractor`` (an :class:`~.hooks.LLMExtractor` runs its segments concurrently; a plain
+   callable ``text -> str`` runs one by one), else the offline
+   :class:`~colgraph_engine.kg.CooccurrenceExtractor`. A failed model call falls back to the
+   offline extractor for that segment (``on_failure="offline"``, the default, ours) or leaves
+   the segment without records (``"skip"``); either way it is reported;
+5. asks the ``vision`` hook for the scene graph of every image with pixels and no scene graph,
+   then for the matches of the image (and its objects and scene relations) with the entities
+   of its segment (mKG-RAG passes the entities of the image's chunk; when that segment has none,
+   ours: the document's first :data:`MAX_MATCH_ENTITIES` entities);
+6. builds the graph (:func:`~colgraph_engine.kg.build_document_graph`, with mKG-RAG's image
+   fallback), encodes it with the index's encoders, and adds the batch (one commit).
+
+Every step is timed per document (reader phases, ``caption``, ``extract``, ``vision``,
+``build``, ``encode``) and failures are listed per document in the :class:`IngestReport`,
+whose :meth:`~IngestReport.table` is the summary the ``colgraph index`` command prints.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..kg.document import DocumentInput, ImageInput, build_document_graph
+from ..kg.extract import CooccurrenceExtractor
+from ..kg.index import KnowledgeIndex
+from ..kg.parsers import parse_extraction
+from ..kg.segment import segment_sections
+from ..kg.vectors import encode_document
+from .readers import ReadResult, read_path
+from .readers.dispatch import _skip_reason, _walk, check_options
+
+MAX_MATCH_ENTITIES = 60
+ON_FAILURE = ("offline", "skip")
+STATUSES = ("added", "present", "failed", "skipped")
+
+
+@dataclass
+class DocumentReport:
+    """One file's outcome.
+
+    ``status``: ``added`` (committed to the index; ``pending`` until its batch commits), ``present`` (its id was already in the index:
+    not read again), ``failed`` (unreadable or not buildable: see ``failures``) or ``skipped``
+    (not a document: sidecar, hidden or unknown file). ``failures``: read errors and failed
+    model calls (the document is still added with what succeeded when it has a graph).
+    ``seconds``: wall time per phase.
+    """
+    file: str
+    doc_id: str
+    kind: str
+    status: str = "pending"
+    pages: int = 0
+    text_layer_pages: int = 0
+    ocr_pages: int = 0
+    segments: int = 0
+    entities: int = 0
+    relations: int = 0
+    images: int = 0
+    regions: int = 0
+    warnings: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, phase: str, t0: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+
+
+_COUNTS = ("pages", "text_layer_pages", "ocr_pages", "segments", "entities", "relations", "images", "regions")
+
+
+@dataclass
+class IngestReport:
+    """All documents of one :func:`ingest` call, in input order."""
+    documents: list[DocumentReport] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def by_status(self, status: str) -> list[DocumentReport]:
+        return [d for d in self.documents if d.status == status]
+
+    @property
+    def totals(self) -> dict[str, float]:
+        """Counts summed over added documents, documents per status, failures, and seconds per phase."""
+        added = self.by_status("added")
+        out: dict[str, float] = {s: len(self.by_status(s)) for s in STATUSES}
+        out.update({k: sum(getattr(d, k) for d in added) for k in _COUNTS})
+        out["failures"] = sum(len(d.failures) for d in self.documents)
+        phases: dict[str, float] = {}
+        for d in self.documents:
+            for k, v in d.seconds.items():
+                phases[k] = phases.get(k, 0.0) + v
+        out.update({f"seconds_{k}": v for k, v in sorted(phases.items())})
+        out["seconds"] = self.seconds
+        return out
+
+    def table(self, *, max_rows: int = 40) -> str:
+        """A plain-text summary: one row per document (up to `max_rows`, failures first), then totals."""
+        head = ("document", "status", "pages", "OCR", "entities", "relations", "images", "regions", "failures")
+        rows = [(d.doc_id, d.status, d.pages, d.ocr_pages, d.entities, d.relations, d.images, d.regions,
+                 len(d.failures)) for d in sorted(self.documents, key=lambda d: (d.status != "failed", False))]
+        rows = [r for r in rows if r[1] != "skipped"]
+        shown = rows[:max_rows]
+        t = self.totals
+        total = ("total", f"{int(t['added'])} added", int(t["pages"]), int(t["ocr_pages"]), int(t["entities"]),
+                 int(t["relations"]), int(t["images"]), int(t["regions"]), int(t["failures"]))
+        width = [max(len(str(x)) for x in col) for col in zip(head, *shown, total)]
+        width[0] = min(width[0], 48)
+        fmt = lambda r: "  ".join(  # noqa: E731
+            (str(x)[:width[0]].ljust(width[0]) if i == 0 else str(x).rjust(width[i])) for i, x in enumerate(r))
+        lines = [fmt(head), fmt(["-" * w for w in width])] + [fmt(r) for r in shown]
+        if len(rows) > len(shown):
+            lines.append(f"... {len(rows) - len(shown)} more documents")
+        lines += [fmt(["-" * w for w in width]), fmt(total)]
+        extra = [f"{int(t[s])} {s}" for s in ("present", "failed", "skipped") if t[s]]
+        if extra:
+            lines.append("also: " + ", ".join(extra) + " (present = already in the index, not read again)")
+        for d in self.documents:
+            for f in d.failures[:3]:
+                lines.append(f"  ! {d.doc_id}: {f}")
+            if len(d.failures) > 3:
+                lines.append(f"  ! {d.doc_id}: ... {len(d.failures) - 3} more")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"totals": self.totals, "documents": [vars(d) for d in self.documents]}
+
+
+def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.PathLike], *,
+           extractor: Callable[[str], str] | None = None, vision=None, caption=None,
+           reader_options: dict | None = None, batch_size: int = 8, max_tokens: int = 1200,
+           on_failure: str = "offline", progress: bool = True, build_options: dict | None = None) -> IngestReport:
+    """Reads, extracts, builds, encodes and adds documents to `index` (see the module docstring).
+
+    Args:
+        index: the index to add to (directory-backed: every batch is committed).
+        source: a folder, one file, or a sequence of files.
+        extractor: an :class:`~.hooks.LLMExtractor` or any ``text -> str`` (default: offline).
+        vision: a :class:`~.hooks.VisionHook` for scene graphs and region matches (default: none).
+        caption: a :class:`~.hooks.CaptionHook` for images without a caption (default: none).
+        reader_options: keyword options of the readers (``ocr``, ``render_pages``, ``scale``, ...).
+        batch_size: documents per commit (>= 1).
+        max_tokens: segment size in words (mKG-RAG's segmentation; 1,200 is our default).
+        on_failure: ``"offline"`` or ``"skip"`` for segments whose model extraction failed.
+        progress: a tqdm bar over files.
+        build_options: more keyword options of :func:`~colgraph_engine.kg.build_document_graph`
+            (``min_mapping_score``, ``image_fallback``, ``image_entity_scores``, ``strict``).
+
+    Returns an :class:`IngestReport`. Bad arguments raise TypeError / ValueError before any file is
+    read; bad files never raise.
+    """
+    if not isinstance(index, KnowledgeIndex):
+        raise TypeError(f"index: expected a KnowledgeIndex, got {type(index).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens: expected an int >= 1, got {max_tokens!r}")
+    if on_failure not in ON_FAILURE:
+        raise ValueError(f"on_failure: expected one of {ON_FAILURE}, got {on_failure!r}")
+    if extractor is not None and not callable(extractor):
+        raise TypeError(f"extractor: expected a callable text -> str or None, got {type(extractor).__name__}")
+    for name, hook, method in (("vision", vision, "scene_graph"), ("caption", caption, "caption")):
+        if hook is not None and not callable(getattr(hook, method, None)):
+            raise TypeError(f"{name}: expected an object with a .{method}() method or None, got {type(hook).__name__}")
+    reader_options = dict(reader_options or {})
+    check_options(reader_options)
+    build_options = dict(build_options or {})
+    bad = set(build_options) - {"min_mapping_score", "image_fallback", "image_entity_scores", "strict",
+                                "count_tokens", "overlap_tokens"}
+    if bad:
+        raise TypeError(f"build_options: unknown option(s) {sorted(bad)}")
+    listing = _listing(source, reader_options)
+
+    report = IngestReport()
+    t_start = time.perf_counter()
+    offline = CooccurrenceExtractor()
+    batch: list[tuple[DocumentReport, object, dict]] = []
+    in_batch: set[str] = set()
+    bar = tqdm(listing, desc="ingest", unit="file", disable=not progress)
+    try:
+        for file, doc_id, read in bar:
+            if doc_id in index or doc_id in in_batch:
+                report.documents.append(DocumentReport(str(file), doc_id, "", status="present"))
+                continue
+            result = read()
+            rep = _report_of(result)
+            report.documents.append(rep)
+            if result.kind == "skipped":
+                rep.status = "skipped"
+                continue
+            if result.document is None:
+                rep.status = "failed"
+                continue
+            graph = _build_one(result.document, rep, index, extractor, vision, caption, offline, max_tokens,
+                               on_failure, build_options)
+            if graph is None:
+                continue
+            t0 = time.perf_counter()
+            vectors = encode_document(graph, index.encoders) if index.encoders is not None else {}
+            rep.timed("encode", t0)
+            batch.append((rep, graph, vectors))
+            in_batch.add(doc_id)
+            if len(batch) >= batch_size:
+                _commit(index, batch)
+                batch = []
+            bar.set_postfix_str(f"{len(report.by_status('added'))} added")
+        if batch:
+            _commit(index, batch)
+    finally:
+        bar.close()
+    report.seconds = time.perf_counter() - t_start
+    return report
+
+
+def _listing(source, options: dict) -> list[tuple[Path, str, Callable[[], ReadResult]]]:
+    """``(file, doc_id, read)`` for every file of `source`, in order; nothing is read yet, so that
+    documents already in the index cost no reading."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            out = []
+            for rel in _walk(path, True, False):
+                file, doc_id = path / rel, rel.as_posix()
+                reason = _skip_reason(file, rel, False)
+                out.append((file, doc_id, _skipped(file, doc_id, reason) if reason is not None
+                            else _reader(file, doc_id, options)))
+            return out
+        if not path.exists():
+            raise ValueError(f"source: no such file or folder: {path}")
+        return [(path, path.name, _reader(path, path.name, options))]
+    if isinstance(source, Iterable) and not isinstance(source, bytes):
+        paths = list(source)
+        for i, p in enumerate(paths):
+            if not isinstance(p, (str, os.PathLike)):
+                raise TypeError(f"source[{i}]: expected a str or path, got {type(p).__name__}")
+        names = [Path(p).name for p in paths]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"source: two files are named {dup!r}; document ids (file names) must be unique "
+                             f"(ingest their folder instead: ids are then relative paths)")
+        return [(Path(p), Path(p).name, _reader(Path(p), Path(p).name, options)) for p in paths]
+    raise TypeError(f"source: expected a folder, a file or a sequence of files, got {type(source).__name__}")
+
+
+def _reader(path: Path, doc_id: str, options: dict) -> Callable[[], ReadResult]:
+    return lambda: read_path(path, doc_id=doc_id, **options)
+
+
+def _skipped(path: Path, doc_id: str, reason: str) -> Callable[[], ReadResult]:
+    def read() -> ReadResult:
+        result = ReadResult(path, doc_id, "skipped")
+        result.issue(reason, "skip")
+        return result
+    return read
+
+
+def _report_of(result: ReadResult) -> DocumentReport:
+    s = result.stats
+    rep = DocumentReport(str(result.file), result.doc_id, result.kind, pages=s.pages,
+                         text_layer_pages=s.text_layer_pages, ocr_pages=s.ocr_pages, seconds=dict(s.seconds))
+    rep.failures += [f"read: {i.message}" for i in result.issues if i.severity == "error"]
+    rep.warnings += sum(i.severity == "warning" for i in result.issues)
+    return rep
+
+
+def _build_one(doc: DocumentInput, rep: DocumentReport, index, extractor, vision, caption, offline, max_tokens: int,
+               on_failure: str, build_options: dict):
+    """Hooks + graph for one read document; None (status failed) when the graph cannot be built."""
+    try:
+        if caption is not None:
+            doc = _caption_images(doc, caption, rep)
+        t0 = time.perf_counter()
+        segments = list(doc.segments) if doc.segments is not None else segment_sections(
+            doc.sections, max_tokens=max_tokens, overlap_tokens=build_options.get("overlap_tokens", 0),
+            count_tokens=build_options.get("count_tokens"))
+        extractions = list(doc.extractions) if doc.extractions is not None else _extract(
+            [s.text for s in segments], rep, extractor, offline, on_failure)
+        rep.timed("extract", t0)
+        if vision is not None:
+            t0 = time.perf_counter()
+            doc = _vision(doc, segments, extractions, vision, rep)
+            rep.timed("vision", t0)
+        doc = replace(doc, segments=segments, extractions=extractions)
+        t0 = time.perf_counter()
+        options = {k: v for k, v in build_options.items() if k not in ("overlap_tokens", "count_tokens")}
+        graph = build_document_graph(doc, **options)
+        rep.timed("build", t0)
+    except (TypeError, ValueError) as exc:  # a document the builder refuses (strict mode, bad input)
+        rep.status = "failed"
+        rep.failures.append(f"build: {exc}")
+        return None
+    c = graph.counts
+    rep.segments, rep.entities, rep.relations = c["segments"], c["entities"], c["relations"]
+    rep.images, rep.regions = c["images"], c["regions"]
+    rep.warnings += c["warnings"]
+    return graph
+
+
+def _extract(texts: list[str], rep: DocumentReport, extractor, offline, on_failure: str) -> list[str]:
+    if extractor is None:
+        return [offline(t) for t in texts]
+    if callable(getattr(extractor, "extract_many", None)):
+        outcomes = extractor.extract_many(texts, where=[f"{rep.doc_id} segment {i}" for i in range(len(texts))])
+        answers = [o.text for o in outcomes]
+        errors = [o.error for o in outcomes]
+    else:
+        answers, errors = [], []
+        for i, t in enumerate(texts):
+            try:
+                answers.append(extractor(t))
+                errors.append(None)
+            except Exception as exc:  # a user's extractor failing on one segment must not lose the document
+                answers.append(None)
+                errors.append(f"{type(exc).__name__}: {exc}")
+    out = []
+    for i, (text, answer, error) in enumerate(zip(texts, answers, errors)):
+        if error is not None:
+            kept = "earlier answers kept" if answer else (
+                "offline extractor used" if on_failure == "offline" else "segment left without records")
+            rep.failures.append(f"extract segment {i}: {error} ({kept})")
+        if answer is None or (not answer and error is not None):
+            answer = offline(text) if on_failure == "offline" else "<|COMPLETE|>"
+        out.append(answer)
+    return out
+
+
+def _caption_images(doc: DocumentInput, hook, rep: DocumentReport) -> DocumentInput:
+    todo = [i for i, im in enumerate(doc.images) if im.pixels is not None and not im.caption.strip()]
+    if not todo:
+        return doc
+    t0 = time.perf_counter()
+    images = list(doc.images)
+    for i in todo:
+        text = _call(hook.caption, rep, f"caption {images[i].ref!r}", images[i].pixels,
+                     where=f"{rep.doc_id} image {images[i].ref}")
+        if text:
+            images[i] = replace(images[i], caption=text)
+    # a section that is only images (an image file's document) gets their captions as its text,
+    # so that extraction and the segment vectors see them
+    caption_of = {im.ref: im.caption for im in images}
+    sections = [replace(sec, text="\n\n".join(c for r in sec.images if (c := caption_of.get(r, "")).strip()))
+                if not isinstance(sec, str) and sec.images and not sec.text.strip() else sec
+                for sec in doc.sections]
+    rep.timed("caption", t0)
+    return replace(doc, images=images, sections=sections)
+
+
+def _vision(doc: DocumentInput, segments, extractions: list[str], hook, rep: DocumentReport) -> DocumentInput:
+    segment_of = {}
+    for s, seg in enumerate(segments):
+        for ref in seg.images:
+            segment_of.setdefault(ref, s)
+    parsed = [parse_extraction(x) if isinstance(x, str) else x for x in extractions]
+    doc_entities = _entities(parsed)
+    images = list(doc.images)
+    for i, im in enumerate(images):
+        if im.pixels is None or (im.scene_graph is not None and im.mappings is not None):
+            continue
+        where = f"{rep.doc_id} image {im.ref}"
+        scene = im.scene_graph
+        if scene is None:
+            scene = _call(hook.scene_graph, rep, f"scene graph of {im.ref!r}", im.pixels, where=where)
+        if im.mappings is None and callable(getattr(hook, "match", None)):
+            s = segment_of.get(im.ref)
+            entities = _entities([parsed[s]]) if s is not None else []
+            entities = (entities or doc_entities)[:MAX_MATCH_ENTITIES]
+            mappings = None
+            if entities:
+                scene_text = scene if isinstance(scene, str) else ""
+                mappings = _call(hook.match, rep, f"matching of {im.ref!r}", im.pixels, scene_text, entities,
+                                 where=where)
+            images[i] = replace(im, scene_graph=scene, mappings=mappings)
+        else:
+            images[i] = replace(im, scene_graph=scene)
+    return replace(doc, images=images)
+
+
+def _entities(parsed) -> list[tuple[str, str, str]]:
+    seen, out = set(), []
+    for p in parsed:
+        for e in p.entities:
+            key = e.name.lower()
+            if key not in seen:
+                seen.add(key)
+                out.append((e.name, e.type or "", e.description or ""))
+    return out
+
+
+def _call(fn, rep: DocumentReport, what: str, *args, **kwargs):
+    """A hook call whose failure (None, or an exception) is recorded against the document."""
+    try:
+        out = fn(*args, **kwargs)
+    except Exception as exc:  # hooks should not raise; a broken one must still not lose the document
+        rep.failures.append(f"{what}: {type(exc).__name__}: {exc}")
+        return None
+    if out is None:
+        rep.failures.append(f"{what}: the model call failed (see the client's failures)")
+    return out
+
+
+def _commit(index: KnowledgeIndex, batch) -> None:
+    index.add_documents([g for _, g, _ in batch], [v for _, _, v in batch])
+    for rep, _, _ in batch:
+        rep.status = "added"
+
+
+__all__ = ["MAX_MATCH_ENTITIES", "ON_FAILURE", "DocumentReport", "IngestReport", "ingest"]
