@@ -333,3 +333,18 @@ def test_custom_extractor_sees_each_segment_text():
 def test_bad_input_is_named(doc, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         build_document_graph(doc, **kwargs)
+
+
+def test_whole_image_matched_to_a_relation_depicts_both_endpoints():
+    # mKG-RAG's matching lets <image> stand for a relation: full score when the text has that
+    # relation, max(score // 2, 1) per endpoint when it does not; either way no fallback
+    with_rel = '("mapping"|<image>|SHINKANSEN|MOUNT FUJI|7)<|COMPLETE|>'
+    g = build_document_graph(fuji_document(images=[ImageInput("photo", None, None, with_rel)]))
+    dep = edges(g, EdgeKind.DEPICTS)
+    assert g.edge_weight[dep[("photo", "Shinkansen")]] == 7 and g.edge_weight[dep[("photo", "Mount Fuji")]] == 7
+    assert _fallback_edges(g) == {}
+    without = '("mapping"|<image>|SHIZUOKA|TOKYO|7)<|COMPLETE|>'
+    g = build_document_graph(fuji_document(images=[ImageInput("photo", None, None, without)]))
+    dep = edges(g, EdgeKind.DEPICTS)
+    assert g.edge_weight[dep[("photo", "Shizuoka")]] == 3 and g.edge_weight[dep[("photo", "Tokyo")]] == 3
+    assert _fallback_edges(g) == {}

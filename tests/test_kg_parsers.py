@@ -360,3 +360,15 @@ def test_records_are_frozen():
         r.entities[0].name = "Fuji"  # type: ignore[misc]
     assert isinstance(r.entities, tuple) and isinstance(SceneObject(1, "x", (0, 0, 1, 1), (1, 0)), SceneObject)
     assert MappingRecord("image", None, "A", None, None, 1.0, (1, 0)).ref is None
+
+
+def test_image_mapping_may_name_a_relation():
+    from colgraph_engine.kg import parse_region_mappings
+
+    r = parse_region_mappings('("mapping"|<image>|SHINKANSEN|MOUNT FUJI|7)##("mapping"|<image>|TOKYO|9)<|COMPLETE|>')
+    assert [(m.kind, m.entity, m.source, m.target, m.score) for m in r.mappings] == [
+        ("image", None, "SHINKANSEN", "MOUNT FUJI", 7.0), ("image", "TOKYO", None, None, 9.0)]
+    bad = parse_region_mappings('("mapping"|<image>|A|B|C|7)<|COMPLETE|>')
+    assert not bad.mappings and bad.issues[0].reason == "wrong field count" and "4 or 5" in bad.issues[0].detail
+    loop = parse_region_mappings('("mapping"|<image>|A|a|7)<|COMPLETE|>')
+    assert not loop.mappings and loop.issues[0].reason == "self-loop"

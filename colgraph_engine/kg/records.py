@@ -74,7 +74,8 @@ class MappingRecord:
     """An image region matched to a text entity (image/object) or relation (relation).
 
     ``ref`` is the object or relation index from the scene graph, ``None`` for the whole image.
-    Object and image mappings set ``entity``; relation mappings set ``source`` and ``target``.
+    Object mappings and image-to-entity mappings set ``entity``; relation mappings and
+    image-to-relation mappings (the whole image showing a relation) set ``source`` and ``target``.
     """
     kind: MappingKind
     ref: int | None

@@ -194,9 +194,12 @@ def _mapping(col: _Collector, pos: Position, raw: str, rest: list[str]) -> None:
     if kind != "image" and index is None:
         col.reject(pos, "index too large", raw, f"more than {_MAX_INDEX_DIGITS} digits in {kind} index")
         return
-    want = 5 if kind == "relation" else 4
-    if len(rest) + 1 != want:
-        col.reject(pos, "wrong field count", raw, f"{kind} mapping needs {want} fields, got {len(rest) + 1}")
+    # the whole image may match an entity (4 fields) or a relation (5 fields: mKG-RAG's matching
+    # prompt lets <image> stand for either); objects match entities, scene relations relations
+    want = (4, 5) if kind == "image" else (5,) if kind == "relation" else (4,)
+    if len(rest) + 1 not in want:
+        col.reject(pos, "wrong field count", raw, f"{kind} mapping needs {' or '.join(map(str, want))} fields, "
+                                                  f"got {len(rest) + 1}")
         return
     score = col.weight(rest[-1], pos, raw, "score")
     if score is None:
@@ -205,11 +208,11 @@ def _mapping(col: _Collector, pos: Position, raw: str, rest: list[str]) -> None:
     if not all(normalize_name(n) for n in names):
         col.reject(pos, "empty name", raw, f"{kind} mapping")
         return
-    if kind == "relation":
+    if len(names) == 2:
         if normalize_name(names[0]) == normalize_name(names[1]):
             col.reject(pos, "self-loop", raw, f"{names[0]!r} -> {names[1]!r}", severity="skip")
             return
-        col.mappings.append(MappingRecord("relation", index, None, names[0], names[1], score, pos))
+        col.mappings.append(MappingRecord(kind, index, None, names[0], names[1], score, pos))
     else:
         col.mappings.append(MappingRecord(kind, index, names[0], None, None, score, pos))
     col.last_ok = True
