@@ -108,6 +108,7 @@ class _Entry:
     number: int
     graph: DocumentGraph
     part: str
+    counts: dict | None = None
 
 
 class _Column:
@@ -196,6 +197,7 @@ class KnowledgeIndex:
         self._vectors: dict[str, dict] = {}  # store -> {"file": name in vectors/, "rows": committed rows}
         self._disk_version = INDEX_VERSION  # of the directory's committed manifest
         self._changes = 0
+        self._manifest_stat: tuple | None = None  # identity of the manifest file this object read or wrote
 
     @staticmethod
     def _check_dims(dims) -> None:
@@ -242,9 +244,12 @@ class KnowledgeIndex:
             raise TypeError(f"encoders: expected Encoders or None, got {type(encoders).__name__}")
         for attempt in range(_OPEN_ATTEMPTS):
             with _readers_lock(path, exclusive=False, wait=True) as locked:
+                stat = _stat_key(path / "manifest.json")
                 m = _read_manifest(path)
                 try:
-                    return cls._open_manifest(path, m, encoders, verify=verify, progress=progress)
+                    index = cls._open_manifest(path, m, encoders, verify=verify, progress=progress)
+                    index._manifest_stat = stat if _stat_key(path / "manifest.json") == stat else None
+                    return index
                 except (IndexFormatError, OSError):
                     if locked or attempt == _OPEN_ATTEMPTS - 1 or _generation_on_disk(path) == m["generation"]:
                         raise  # damaged, not replaced underneath
@@ -590,7 +595,11 @@ class KnowledgeIndex:
             except BlockingIOError:
                 raise IndexConflictError(f"{self.path}: another writer is changing this index") from None
             if check_generation:
-                on_disk = _read_manifest(self.path)["generation"]
+                # a commit replaces the manifest (a new file): the same file as at our last read or
+                # commit is the same generation, so the O(documents) read is needed only when it changed
+                seen = self._manifest_stat
+                on_disk = self._generation if seen is not None and seen == _stat_key(self.path / "manifest.json") \
+                    else _read_manifest(self.path)["generation"]
                 if on_disk != self._generation:
                     raise IndexConflictError(f"{self.path}: changed on disk since it was read (generation {on_disk}, "
                                              f"this index has {self._generation}); open it again")
@@ -622,7 +631,7 @@ class KnowledgeIndex:
                 continue
             g = e.graph
             documents.append({"doc_id": doc_id, "number": e.number, "part": moved.get(doc_id, e.part),
-                              "nodes": g.n_nodes, "edges": g.n_edges, "counts": _kind_counts(g)})
+                              "nodes": g.n_nodes, "edges": g.n_edges, "counts": _kind_counts(g, e)})
         for p, docs in written.items():
             for s in docs:
                 if s.graph.doc_id not in self._docs:
@@ -642,6 +651,7 @@ class KnowledgeIndex:
         }
         # compact JSON: the manifest is rewritten by every change and lists every document
         _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True))
+        self._manifest_stat = _stat_key(self.path / "manifest.json")
         self._generation += 1
         self._parts = parts
         self._vectors = {s: dict(v) for s, v in vectors.items()}
@@ -963,9 +973,15 @@ def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names:
 _COUNTED = ("nodes", "edges", "segments", "entities", "relations", "images", "regions", "tables")
 
 
-def _kind_counts(g: DocumentGraph) -> dict[str, int]:
+def _kind_counts(g: DocumentGraph, entry: _Entry | None = None) -> dict[str, int]:
+    """The document's counts for the manifest (kept on its entry: every commit lists them all)."""
+    if entry is not None and entry.counts is not None:
+        return entry.counts
     c = g.counts
-    return {k: c[k] for k in _COUNTED}
+    counts = {k: c[k] for k in _COUNTED}
+    if entry is not None:
+        entry.counts = counts
+    return counts
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -998,6 +1014,15 @@ def _readers_lock(path: Path, *, exclusive: bool, wait: bool):
         yield held
     finally:
         os.close(fd)
+
+
+def _stat_key(path: Path) -> tuple | None:
+    """What identifies one written version of a file: device, inode, size, change time."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _generation_on_disk(path: Path):

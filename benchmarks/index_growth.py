@@ -1,0 +1,227 @@
+"""Index growth report: adding one document to a 10,000-document index, in place vs today's full
+re-assembly, and the memory an opened index holds.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/index_growth.py            # 10,000 documents (about 3-5 minutes)
+    .venv/bin/python benchmarks/index_growth.py --quick    # 200 documents, a smoke test (seconds)
+
+Corpus: ``pipeline_report.make_document`` (5 segments, 10 entities with a shared pool so alias
+groups span documents, 10 relations, one 32x32 image with objects and region matches), graphs
+built by ``build_document_graph`` and embedded by ``Encoders.offline()`` (fp32).
+
+Add one document (each timed call adds a different, pre-built and pre-encoded document, so
+building and encoding are excluded; the merged graph is assembled before every call, as a
+serving index has it):
+
+* ``in place``: ``add_documents([graph], [vectors])``: checks, store append, and the merged
+  graph, uids and alias groups grown in place (this change);
+* ``re-assembly``: the same call with the graph not grown (what the index did before this
+  change) followed by ``KnowledgeIndex._reassemble()``, the full assembly the next query needed
+  (concatenated columns, ``from_arrays``, aliases from every entity name).
+
+Both run on an in-memory index (``memory``) and on a directory-backed one (``directory``: the
+call also appends the rows to the vector files, writes a part and replaces the manifest, each
+fsync'ed). Ratio = re-assembly median / in-place median.
+
+Open: in a fresh subprocess, ``VmRSS`` before and after ``KnowledgeIndex.open`` (verify off and
+on) and after assembling the merged graph, against the graph's own bytes: the parts folder
+(graph columns, strings and item tables as stored; the vectors live in ``vectors/``), and the
+native graph's ``memory_bytes()``.
+
+Writes ``results/index_growth.md``, ``.json`` and ``.png`` beside this file (``--quick``: into
+``--out`` only when given).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from colgraph_engine.kg import Encoders, KnowledgeIndex, build_document_graph, encode_document  # noqa: E402
+from pipeline_report import machine_info, make_document, shared_names  # noqa: E402
+
+MACHINE = "2-core AMD EPYC (shared with other work)"
+
+
+def prepared(numbers, shared, enc):
+    """Pre-built graphs and vectors of documents `numbers` (outside every timing)."""
+    out = []
+    for i in numbers:
+        g = build_document_graph(make_document(i, shared))
+        out.append((g, encode_document(g, enc)))
+    return out
+
+
+def time_adds(idx: KnowledgeIndex, docs, *, in_place: bool) -> list[float]:
+    times = []
+    for g, v in docs:
+        idx.graph  # noqa: B018 - assembled before the call, as a serving index has it
+        t0 = time.perf_counter()
+        if in_place:
+            idx.add_documents([g], [v])
+        else:
+            idx._assembly = None          # the old add: no graph kept up to date ...
+            idx.add_documents([g], [v])
+            idx._assembly = idx._reassemble()  # ... so the next use re-assembled everything
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+_OPEN_CHILD = """
+import json, sys, time
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+from colgraph_engine.kg import KnowledgeIndex
+import colgraph_engine.kg.parts, tqdm.auto  # noqa: F401 - imports are not what is measured
+before = rss()
+t0 = time.perf_counter()
+idx = KnowledgeIndex.open(sys.argv[1], verify=sys.argv[2] == "1")
+t1 = time.perf_counter()
+opened = rss()
+g = idx.graph
+t2 = time.perf_counter()
+vec = sum(st.values.numel() * st.values.element_size() for st in idx.stores.values())
+print(json.dumps({"open_s": t1 - t0, "assemble_s": t2 - t1, "rss_open": opened - before,
+                  "rss_assembled": rss() - before, "vector_bytes": vec, "graph_native_bytes": g.memory_bytes(),
+                  "nodes": g.n_nodes, "edges": g.n_edges}))
+"""
+
+
+def measure_open(path: pathlib.Path, verify: bool) -> dict:
+    out = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path), "1" if verify else "0"],
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def folder_bytes(path: pathlib.Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def summary(times: list[float]) -> dict:
+    return {"median_ms": 1e3 * statistics.median(times), "p90_ms": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))],
+            "n": len(times)}
+
+
+def to_markdown(rep: dict) -> str:
+    lines = [f"# Index growth: add one document to a {rep['documents']:,}-document index", "",
+             f"Machine: {rep['machine']} ({rep['info'].get('cpu_model')}); commit {rep['info'].get('git_commit', '')[:10]}. "
+             f"Command: `{rep['command']}`.", "",
+             f"Index: {rep['counts']['nodes']:,} nodes, {rep['counts']['edges']:,} edges, "
+             f"{rep['vector_bytes'] / 2**20:,.0f} MiB of vectors (fp32).", "",
+             "| index | in place median (p90) | re-assembly median (p90) | ratio |", "|---|---|---|---|"]
+    for kind in ("memory", "directory"):
+        a, b = rep["add"][kind]["in_place"], rep["add"][kind]["reassembly"]
+        lines.append(f"| {kind} | {a['median_ms']:.2f} ms ({a['p90_ms']:.2f}) | {b['median_ms']:.1f} ms "
+                     f"({b['p90_ms']:.1f}) | {b['median_ms'] / a['median_ms']:.1f}x |")
+    d = rep["add"]["directory"]["commit_parts_ms"]
+    lines += ["", f"Directory adds: of the in-place call, the commit (vector append, part, manifest of "
+                  f"{rep['manifest_bytes'] / 1024:,.0f} KiB, each fsync'ed) takes {d:.2f} ms (median).", "",
+              "| open (fresh process) | open s | RSS after open | RSS after assembling the graph | "
+              "graph bytes: parts / native | RSS after assembling / (parts + native) |", "|---|---|---|---|---|---|"]
+    for key, o in rep["open"].items():
+        own = rep["parts_bytes"] + o["graph_native_bytes"]
+        lines.append(f"| verify={key} | {o['open_s']:.1f} | {o['rss_open'] / 2**20:,.0f} MiB | "
+                     f"{o['rss_assembled'] / 2**20:,.0f} MiB | {rep['parts_bytes'] / 2**20:,.0f} / "
+                     f"{o['graph_native_bytes'] / 2**20:,.0f} MiB | {o['rss_assembled'] / own:.2f}x |")
+    lines += ["", f"Vectors ({rep['vector_bytes'] / 2**20:,.0f} MiB) are memory-mapped: reading them whole, as "
+                  f"format 1 did, would add at least that much.", ""]
+    return "\n".join(lines)
+
+
+def plot(rep: dict, path: pathlib.Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    kinds = ["memory", "directory"]
+    x = range(len(kinds))
+    ax.bar([i - 0.2 for i in x], [rep["add"][k]["in_place"]["median_ms"] for k in kinds], 0.4, label="in place")
+    ax.bar([i + 0.2 for i in x], [rep["add"][k]["reassembly"]["median_ms"] for k in kinds], 0.4, label="re-assembly")
+    ax.set_xticks(list(x), kinds)
+    ax.set_yscale("log")
+    ax.set_ylabel("add one document, median ms")
+    ax.set_title(f"{rep['documents']:,} documents, {rep['machine']}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--documents", type=int, default=10_000)
+    ap.add_argument("--adds", type=int, default=20, help="timed adds per kind")
+    ap.add_argument("--quick", action="store_true", help="200 documents, 5 adds: a smoke test")
+    ap.add_argument("--out", type=pathlib.Path, default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.documents, args.adds = 200, 5
+    out = args.out or (None if args.quick else HERE / "results")
+    torch.set_num_threads(1)
+    enc = Encoders.offline()
+    n = args.documents
+    shared = shared_names(n)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="index-growth-"))
+    try:
+        idx = KnowledgeIndex(enc)
+        chunk = 1000
+        for lo in tqdm(range(0, n, chunk), desc=f"building {n:,} documents"):
+            idx.add_documents([make_document(i, shared) for i in range(lo, min(n, lo + chunk))])
+        extra = prepared(range(n, n + 4 * args.adds), shared, enc)
+        batches = [extra[k * args.adds:(k + 1) * args.adds] for k in range(4)]
+        rep = {"documents": n, "machine": MACHINE, "info": machine_info(), "command": " ".join(["python"] + sys.argv),
+               "counts": idx.counts, "vector_bytes": sum(st.values.numel() * st.values.element_size()
+                                                          for st in idx.stores.values()), "add": {}}
+        rep["add"]["memory"] = {"in_place": summary(time_adds(idx, batches[0], in_place=True)),
+                                "reassembly": summary(time_adds(idx, batches[1], in_place=False))}
+        path = tmp / "index"
+        idx.save(path)
+        del idx
+        rep["parts_bytes"] = folder_bytes(path / "parts")
+        rep["open"] = {"off": measure_open(path, False), "on": measure_open(path, True)}
+        opened = KnowledgeIndex.open(path, enc, verify=False)
+        in_place = time_adds(opened, batches[2], in_place=True)
+        commit = []
+        for g, v in batches[3][: max(1, args.adds // 2)]:  # the commit alone (no graph work at all)
+            opened._assembly = None
+            t0 = time.perf_counter()
+            opened.add_documents([g], [v])
+            commit.append(time.perf_counter() - t0)
+        rep["add"]["directory"] = {"in_place": summary(in_place),
+                                   "reassembly": summary(time_adds(opened, batches[3][len(commit):] or batches[3],
+                                                                   in_place=False)),
+                                   "commit_parts_ms": 1e3 * statistics.median(commit)}
+        rep["manifest_bytes"] = (path / "manifest.json").stat().st_size
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    md = to_markdown(rep)
+    print(md)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        stem = "index_growth_quick" if args.quick else "index_growth"
+        (out / f"{stem}.md").write_text(md)
+        (out / f"{stem}.json").write_text(json.dumps(rep, indent=1, default=str))
+        plot(rep, out / f"{stem}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
