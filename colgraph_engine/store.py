@@ -407,7 +407,7 @@ class PackedStore:
 
         Nothing is read back from the device when the queries come as a list of tensors, or as
         packed values with CPU `q_offsets`, and either they are on the host (checked there,
-        before the copy) or ``assume_finite=True``. Device-resident offsets cost one read."""
+        before the copy) or ``assume_finite=True`` (no check). Device-resident offsets cost one read."""
         if q_offsets is None:
             lengths = None if isinstance(queries, torch.Tensor) else [getattr(x, "shape", (0,))[0] for x in queries]
             qv, qo = pack(queries, name="queries")
@@ -420,7 +420,7 @@ class PackedStore:
         if qv.shape[1] != self.dim:
             raise ValueError(f"queries: expected dimension d={self.dim}, got {qv.shape[1]}")
         check_no_grad(qv, "queries", "search results carry no gradients")
-        if qv.device.type == "cpu" or not assume_finite:
+        if not assume_finite:  # free for queries on the host; one read for queries on the device
             # Normalising finite vectors keeps them finite, so the source decides; without
             # normalisation the cast to the store's dtype may overflow, so the cast decides.
             check_finite(qv if self.normalize else qv.to(self.dtype), "queries", source=qv)
@@ -440,8 +440,9 @@ class PackedStore:
                 device, which costs a read back to validate it).
             k: results per query (clipped to the number of live items).
             chunk_docs: items scored per step (positive int; default: about 16M scores per block).
-            assume_finite: skip the NaN/inf check of queries already on the device (the caller
-                vouches for them); queries on the host are always checked there.
+            assume_finite: skip the NaN/inf check of the queries (the caller vouches for them).
+                The check is free for queries on the host (done before the copy); for queries
+                already on the device it is one read back, which this skips.
 
         Returns:
             ``(scores [Nq, k'], ids [Nq, k'])``: float32 MaxSim scores and external int64 ids.
