@@ -17,6 +17,8 @@ from typing import Literal
 
 import torch
 
+from ..packed import _all_finite
+
 Role = Literal["text", "tokens", "patches"]
 ROLES: tuple[Role, ...] = ("text", "tokens", "patches")
 
@@ -73,5 +75,5 @@ def _describe(x) -> str:
 
 
 def _check_finite(t: torch.Tensor, name: str) -> None:
-    if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+    if t.is_floating_point() and t.numel() and not _all_finite(t):
         raise ValueError(f"encoder {name!r}: output contains NaN or inf")

@@ -189,6 +189,7 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
     offline = CooccurrenceExtractor()
     batch: list[tuple[DocumentReport, object, dict]] = []
     in_batch: set[str] = set()
+    built = 0
     bar = tqdm(listing, desc="ingest", unit="file", disable=not progress)
     try:
         for file, doc_id, read in bar:
@@ -216,7 +217,8 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
             if len(batch) >= batch_size:
                 _commit(index, batch)
                 batch = []
-            bar.set_postfix_str(f"{len(report.by_status('added'))} added")
+            built += 1
+            bar.set_postfix_str(f"{built} built")
         if batch:
             _commit(index, batch)
     finally:
