@@ -205,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("index")
     from .cli_index import add_parser, run
     add_parser(sub)
+    from .cli_serve import add_parser as add_serve_parser, run as run_serve
+    add_serve_parser(sub)
     args = ap.parse_args(argv)
-    return {"demo": cmd_demo, "query": cmd_query, "info": cmd_info, "index": run}[args.command](args)
+    return {"demo": cmd_demo, "query": cmd_query, "info": cmd_info, "index": run,
+            "serve": run_serve}[args.command](args)
 
 
 if __name__ == "__main__":

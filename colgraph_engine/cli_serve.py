@@ -1,0 +1,83 @@
+"""``colgraph serve``: the HTTP service over an index directory (see ``colgraph_engine.service``).
+
+    colgraph serve INDEX [--host 127.0.0.1] [--port 8000] [--encoders offline|models]
+                         [--max-batch 32] [--max-wait-ms 5] [--queue-size 256]
+                         [--token TOKEN | --token-env VAR] [--cors-origin URL ...]
+                         [--max-query-mb 16] [--max-upload-mb 64] [--kd N --kg N --hops N --k N]
+
+The server listens on 127.0.0.1 unless told otherwise. On SIGINT/SIGTERM it stops accepting
+connections, answers every request already received (the batcher drains its queue), then exits.
+A token on the command line is visible to other users of the machine (``ps``); ``--token-env``
+reads it from an environment variable instead.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def add_parser(sub) -> None:
+    from .cli import ENCODER_SETS
+
+    p = sub.add_parser("serve", help="serve an index over HTTP (queries with dynamic batching, uploads, removals)")
+    p.add_argument("index", help="the index directory")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--encoders", choices=sorted(ENCODER_SETS), default=None)
+    p.add_argument("--max-batch", dest="max_batch", type=int, default=32, help="queries per batch (1: no batching)")
+    p.add_argument("--max-wait-ms", dest="max_wait_ms", type=float, default=5.0,
+                   help="longest wait of the oldest queued query for a batch to fill")
+    p.add_argument("--queue-size", dest="queue_size", type=int, default=256,
+                   help="queued queries before new ones get 429")
+    p.add_argument("--token", default=None, help="bearer token every route but /health requires")
+    p.add_argument("--token-env", dest="token_env", default=None, help="environment variable holding the token")
+    p.add_argument("--cors-origin", dest="cors_origins", action="append", default=[],
+                   help="an allowed CORS origin (repeat; default: CORS off)")
+    p.add_argument("--max-query-mb", dest="max_query_mb", type=float, default=16.0)
+    p.add_argument("--max-upload-mb", dest="max_upload_mb", type=float, default=64.0)
+    p.add_argument("--log-level", dest="log_level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    for name in ("kd", "kg", "hops", "k"):
+        p.add_argument(f"--{name}", type=int, default=None, help=f"default {name} of queries without overrides")
+
+
+def build_app(args):
+    """The FastAPI app ``args`` describe (ValueError/TypeError for bad settings)."""
+    from .cli import _open_index
+    from .pipeline import PipelineConfig
+    from .service import ServiceConfig, create_app
+
+    token = args.token
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise ValueError(f"--token-env: the environment variable {args.token_env} is not set or empty")
+    changes = {k: getattr(args, k) for k in ("kd", "kg", "hops", "k") if getattr(args, k) is not None}
+    config = PipelineConfig().replace(**changes)
+    service = ServiceConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
+                            token=token, cors_origins=tuple(args.cors_origins),
+                            max_query_bytes=int(args.max_query_mb * (1 << 20)),
+                            max_upload_bytes=int(args.max_upload_mb * (1 << 20)))
+    index, enc = _open_index(args.index, args.encoders)
+    return create_app(index, enc, pipeline_config=config, service=service)
+
+
+def run(args) -> int:
+    try:
+        import uvicorn
+    except ImportError as exc:
+        print(f"colgraph serve: needs the serve extra (pip install 'colgraph_engine[serve]'): {exc}", file=sys.stderr)
+        return 2
+    if not 0 < args.port < 65536:
+        print(f"colgraph serve: --port: expected 1..65535, got {args.port}", file=sys.stderr)
+        return 2
+    try:
+        app = build_app(args)
+    except (TypeError, ValueError) as exc:
+        print(f"colgraph serve: {exc}", file=sys.stderr)
+        return 2
+    # graceful shutdown: uvicorn waits for in-flight requests (up to 60 s), then the app's
+    # lifespan drains the batcher
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=60,
+                access_log=False)
+    return 0

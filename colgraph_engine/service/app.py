@@ -1,0 +1,416 @@
+"""The HTTP service: FastAPI routes over the dynamic batcher and the index writer.
+
+    POST   /query              one question (JSON; image as base64)              -> QueryResponse
+    POST   /query/form         one question (multipart: fields + image file)     -> QueryResponse
+    POST   /query/batch        several questions (JSON)                          -> BatchQueryResponse
+    POST   /documents          upload files (multipart ``files``), ingested      -> DocumentsResponse
+    DELETE /documents/{doc_id} remove a document                                 -> RemovedResponse
+    GET    /health             liveness, generation, documents (never needs the token)
+    GET    /info               index counts, encoders, backends, defaults, limits
+    GET    /metrics            Prometheus text format (see metrics.py)
+
+Status codes: 200; 401 missing or wrong bearer token (when one is set); 404 unknown document or
+route; 405 wrong method; 409 another process holds the index's writer lock, or the index is
+read-only; 413 body over its limit; 422 every invalid input (schema, config value, question,
+image, file name, asking for an answer without a generator, uploads none of which could be
+added), with a message naming the field; 429 queue (or writer queue) full, with Retry-After;
+503 shutting down, with Retry-After; 500 an unexpected failure of that query only.
+
+CORS is off unless origins are given. Writes go through :class:`~.writer.IndexWriter`; queries
+through :class:`~.batcher.DynamicBatcher` over :class:`~.state.IndexState`'s current snapshot.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+
+from ..kg import Encoders, IndexConflictError, KnowledgeIndex
+from ..pipeline import PipelineConfig, Query
+from .batcher import Answered, DynamicBatcher, QueueFull, ShuttingDown
+from .guards import BearerToken, BodyLimit, RequestMetrics
+from .metrics import CONTENT_TYPE, ServiceMetrics
+from .models import (SERVICE_CAPS, BatchQueryRequest, BatchQueryResponse, ConfigOverrides, DocumentsResponse,
+                     ErrorResponse, HealthResponse, QueryRequest, QueryResponse, RemovedResponse)
+from .state import IndexState
+from .writer import IndexWriter, ReadOnly, WriterBusy
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Settings of one service (every default is ours).
+
+    Batching: ``max_batch`` queries per ``retrieve_batch`` (1: no batching), ``max_wait_ms`` the
+    longest the oldest queued query waits for company, ``queue_size`` queries waiting before 429.
+    Limits: ``max_query_bytes`` per query request body (base64 images included),
+    ``max_upload_bytes`` per ``POST /documents`` body, ``max_batch_queries`` questions per batch
+    request, ``max_upload_files`` files per upload, ``max_image_pixels`` per query image,
+    ``max_pending_writes`` index changes waiting. ``retry_after_s``: the Retry-After of a 429/503.
+    ``token``: bearer token required by every route but ``/health`` (None: open).
+    ``cors_origins``: allowed origins (empty: no CORS headers at all).
+    """
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    queue_size: int = 256
+    max_query_bytes: int = 16 * MiB
+    max_upload_bytes: int = 64 * MiB
+    max_batch_queries: int = 64
+    max_upload_files: int = 64
+    max_image_pixels: int = 25_000_000
+    max_pending_writes: int = 8
+    retry_after_s: int = 1
+    token: str | None = None
+    cors_origins: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("max_batch", "queue_size", "max_query_bytes", "max_upload_bytes", "max_batch_queries",
+                     "max_upload_files", "max_image_pixels", "max_pending_writes", "retry_after_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+        if isinstance(self.max_wait_ms, bool) or not isinstance(self.max_wait_ms, (int, float)) \
+                or not 0 <= self.max_wait_ms <= 10_000:
+            raise ValueError(f"max_wait_ms: expected milliseconds in [0, 10000], got {self.max_wait_ms!r}")
+        if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
+            raise ValueError("token: expected None or a non-empty string")
+        if not isinstance(self.cors_origins, tuple) or not all(isinstance(o, str) and o for o in self.cors_origins):
+            raise TypeError(f"cors_origins: expected a tuple of origin strings, got {self.cors_origins!r}")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def _plain(x):
+    """JSON-ready value: numpy scalars and arrays as Python, non-finite floats as null."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, np.generic):
+        return _plain(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)
+
+
+def json_bytes(obj) -> bytes:
+    try:  # the common case: already plain and finite
+        return json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError):
+        return json.dumps(_plain(obj), allow_nan=False, separators=(",", ":")).encode()
+
+
+def result_json(a: Answered) -> dict:
+    d = a.result.as_dict()
+    d["batch"] = {"size": a.batch_size, "queue_ms": round(a.queue_s * 1e3, 3), "run_ms": round(a.run_s * 1e3, 3)}
+    return d
+
+
+def decode_image(data: bytes, what: str, max_pixels: int) -> np.ndarray:
+    """``[H, W, 3]`` uint8 pixels of an encoded image (422 naming `what` when it cannot be read)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not data:
+        raise HTTPException(422, f"{what}: the image is empty")
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            w, h = im.size
+            if w * h > max_pixels:
+                raise HTTPException(422, f"{what}: expected at most {max_pixels} pixels, got {w}x{h}")
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except HTTPException:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise HTTPException(422, f"{what}: cannot read the image ({exc})") from None
+
+
+def decode_base64_image(text: str, what: str, max_pixels: int) -> np.ndarray:
+    if text.startswith("data:"):
+        head, sep, text = text.partition(",")
+        if not sep or not head.endswith(";base64"):
+            raise HTTPException(422, f"{what}: expected a base64 data URL (data:image/...;base64,...)")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise HTTPException(422, f"{what}: not valid base64") from None
+    return decode_image(data, what, max_pixels)
+
+
+def _validation_message(exc: ValidationError | RequestValidationError, prefix: str = "") -> list[dict]:
+    out = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in (prefix, *e.get("loc", ())) if p != "")
+        out.append({"loc": loc, "msg": e.get("msg", ""), "type": e.get("type", "")})
+    return out
+
+
+# -- the application -----------------------------------------------------------------------
+
+def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipeline_config: PipelineConfig | None = None,
+               service: ServiceConfig | None = None, generator=None, ingest_options: dict | None = None) -> FastAPI:
+    """The service for `index` (see the module docstring).
+
+    Args:
+        index: the index to serve, opened from its directory (writes go there); an in-memory
+            index is served read-only.
+        encoders: the index's encoders (None: the index's own).
+        pipeline_config: the config of queries without overrides (None: the pipeline's defaults).
+        service: batching, limits, token and CORS (:class:`ServiceConfig`).
+        generator: the pipeline generator for requests with ``answer: true`` (None: refused).
+        ingest_options: keyword options of :func:`~colgraph_engine.ingest.folder.ingest` for
+            uploads (``extractor``, ``vision``, ``caption``, ``reader_options``, ``batch_size``, ...).
+    """
+    service = ServiceConfig() if service is None else service
+    if not isinstance(service, ServiceConfig):
+        raise TypeError(f"service: expected a ServiceConfig, got {type(service).__name__}")
+    state = IndexState(index, encoders, pipeline_config, generator)
+    metrics = ServiceMetrics()
+    batcher = DynamicBatcher(state.run_batch, max_batch=service.max_batch, max_wait_s=service.max_wait_ms / 1e3,
+                             queue_size=service.queue_size, metrics=metrics)
+    writer = IndexWriter(state, max_pending=service.max_pending_writes, metrics=metrics,
+                         ingest_options=ingest_options)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.close()  # every queued query is answered first
+            writer.close()
+
+    app = FastAPI(title="colgraph_engine", version="1",
+                  description="Multimodal GraphRAG retrieval: mKG-RAG dual-stage retrieval with late-interaction "
+                              "visual ranking, served with dynamic batching.", lifespan=lifespan)
+    app.state.colgraph = state
+    app.state.batcher = batcher
+    app.state.writer = writer
+    app.state.metrics = metrics
+    app.state.service = service
+    _publish_index_metrics(metrics, state)
+
+    retry = {"Retry-After": str(service.retry_after_s)}
+    errors = {c: {"model": ErrorResponse} for c in (401, 413, 422, 429, 503)}
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+    def config_for(overrides, answer: bool, what: str) -> PipelineConfig:
+        changes = {} if overrides is None else overrides.model_dump(exclude_none=True)
+        if answer and state.generator is None:
+            raise HTTPException(422, f"{what}answer: this service has no generator; ask without answer")
+        try:
+            return state.default.replace(**changes, only_context=not answer)
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, f"{what}config: {exc}") from None
+
+    def make_query(question: str, caption: str, image, what: str) -> Query:
+        try:
+            return Query(question, image=image, caption=caption)
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, f"{what}{exc}") from None
+
+    def prepare(req: QueryRequest, what: str = "") -> tuple[Query, PipelineConfig]:
+        image = None if req.image_base64 is None else decode_base64_image(
+            req.image_base64, f"{what}image_base64", service.max_image_pixels)
+        return make_query(req.question, req.caption, image, what), config_for(req.config, req.answer, what)
+
+    def refuse(exc: Exception):
+        if isinstance(exc, QueueFull):
+            metrics.rejected.inc(reason="queue_full")
+            raise HTTPException(429, f"too many queries waiting: {exc}; retry later", headers=retry)
+        if isinstance(exc, ShuttingDown):
+            metrics.rejected.inc(reason="shutting_down")
+            raise HTTPException(503, f"{exc}", headers=retry)
+        raise exc
+
+    def failure(exc: BaseException) -> tuple[int, str]:
+        if isinstance(exc, (TypeError, ValueError)):
+            return 422, str(exc)
+        return 500, f"{type(exc).__name__}: {exc}"
+
+    # -- queries ----------------------------------------------------------------------------
+    @app.post("/query", response_model=QueryResponse, responses=errors, tags=["query"])
+    async def query(req: QueryRequest):
+        """Runs one question through the pipeline (batched with concurrent requests)."""
+        q, cfg = prepare(req)
+        try:
+            fut = batcher.enqueue([(q, cfg)])[0]
+        except (QueueFull, ShuttingDown) as exc:
+            refuse(exc)
+        try:
+            answered = await fut
+        except Exception as exc:
+            code, msg = failure(exc)
+            raise HTTPException(code, msg) from None
+        return Response(json_bytes(result_json(answered)), media_type="application/json")
+
+    @app.post("/query/form", response_model=QueryResponse, responses=errors, tags=["query"])
+    async def query_form(question: str = Form(..., max_length=8192), caption: str = Form("", max_length=8192),
+                         config: str | None = Form(None, description="ConfigOverrides as JSON text"),
+                         answer: bool = Form(False), image: UploadFile | None = File(None)):
+        """The same as ``POST /query`` with the image as a multipart file."""
+        overrides = None
+        if config:
+            try:
+                overrides = ConfigOverrides.model_validate_json(config)
+            except ValidationError as exc:
+                raise HTTPException(422, _validation_message(exc, "config")) from None
+        pixels = None
+        if image is not None:
+            pixels = decode_image(await image.read(), "image", service.max_image_pixels)
+        q = make_query(question, caption, pixels, "")
+        cfg = config_for(overrides, answer, "")
+        try:
+            fut = batcher.enqueue([(q, cfg)])[0]
+        except (QueueFull, ShuttingDown) as exc:
+            refuse(exc)
+        try:
+            answered = await fut
+        except Exception as exc:
+            code, msg = failure(exc)
+            raise HTTPException(code, msg) from None
+        return Response(json_bytes(result_json(answered)), media_type="application/json")
+
+    @app.post("/query/batch", response_model=BatchQueryResponse, responses=errors, tags=["query"])
+    async def query_batch(req: BatchQueryRequest):
+        """Runs several questions; each joins the batcher on its own; answers in order. A query
+        that fails at run time gets its own status and error; the others their results."""
+        if len(req.queries) > service.max_batch_queries:
+            raise HTTPException(422, f"queries: expected at most {service.max_batch_queries}, got {len(req.queries)}")
+        prepared = [prepare(r, f"queries[{i}].") for i, r in enumerate(req.queries)]
+        try:
+            futures = batcher.enqueue(prepared)
+        except (QueueFull, ShuttingDown) as exc:
+            refuse(exc)
+        items = []
+        for fut in futures:
+            try:
+                items.append({"status": 200, "result": result_json(await fut)})
+            except Exception as exc:
+                code, msg = failure(exc)
+                items.append({"status": code, "error": msg})
+        return Response(json_bytes({"results": items}), media_type="application/json")
+
+    # -- documents --------------------------------------------------------------------------
+    @app.post("/documents", response_model=DocumentsResponse, responses={**errors, 409: {"model": ErrorResponse}},
+              tags=["documents"])
+    async def add_documents(files: list[UploadFile] = File(..., description="document files and their sidecars")):
+        """Ingests the uploaded files (document id = file name) through the index's one writer;
+        queries keep running on the previous generation until the new one is published."""
+        if len(files) > service.max_upload_files:
+            raise HTTPException(422, f"files: expected at most {service.max_upload_files} files, got {len(files)}")
+        pairs = [(f.filename, await f.read()) for f in files]
+        try:
+            report = await writer.add_files(pairs)
+        except WriterBusy as exc:
+            raise HTTPException(429, str(exc), headers=retry) from None
+        except ReadOnly as exc:
+            raise HTTPException(409, str(exc)) from None
+        except IndexConflictError as exc:
+            raise HTTPException(409, str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(422, str(exc)) from None
+        _publish_index_metrics(metrics, state)
+        docs = [{k: getattr(d, k) for k in ("file", "doc_id", "kind", "status", "failures", "entities", "relations",
+                                            "images", "segments")} for d in report.documents]
+        for d in docs:
+            d["file"] = d["doc_id"]  # the server-side path is not the client's business
+        added = len(report.by_status("added"))
+        snap = state.snapshot
+        body = {"documents": docs, "added": added, "generation": snap.generation,
+                "total_documents": snap.documents}
+        if not added:
+            present = report.by_status("present")
+            code = 409 if present and len(present) == len([d for d in docs if d["status"] != "skipped"]) else 422
+            what = "every document is already in the index" if code == 409 else "no document could be added"
+            return JSONResponse({"detail": f"files: {what}", **body}, status_code=code)
+        return Response(json_bytes(body), media_type="application/json")
+
+    @app.delete("/documents/{doc_id:path}", response_model=RemovedResponse,
+                responses={**errors, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
+                tags=["documents"])
+    async def remove_document(doc_id: str):
+        """Removes a document (its nodes, edges, aliases and vectors) through the index's one writer."""
+        if doc_id not in state.snapshot.index and (state._writer_index is None or doc_id not in state._writer_index):
+            raise HTTPException(404, f"doc_id: no document {doc_id!r} in the index")
+        try:
+            await writer.remove(doc_id)
+        except WriterBusy as exc:
+            raise HTTPException(429, str(exc), headers=retry) from None
+        except (ReadOnly, IndexConflictError) as exc:
+            raise HTTPException(409, str(exc)) from None
+        except ValueError as exc:  # removed by an earlier change in the writer's queue
+            raise HTTPException(404, str(exc)) from None
+        _publish_index_metrics(metrics, state)
+        snap = state.snapshot
+        return {"removed": doc_id, "generation": snap.generation, "total_documents": snap.documents}
+
+    # -- service ----------------------------------------------------------------------------
+    @app.get("/health", response_model=HealthResponse, tags=["service"])
+    async def health():
+        snap = state.snapshot
+        return {"status": "draining" if batcher.closing else "ok", "generation": snap.generation,
+                "documents": snap.documents}
+
+    @app.get("/info", tags=["service"])
+    async def info():
+        """Index counts, encoders, backends, the default config, batching and limits."""
+        from .. import backends
+        snap = state.snapshot
+        b = backends()
+        return Response(json_bytes({
+            "index": {"path": None if state.path is None else str(state.path), "generation": snap.generation,
+                      "counts": snap.index.counts, "writable": state.writable},
+            "encoders": state.encoders.describe(),
+            "backends": {k: v for k, v in b.items() if k in ("native", "igraph_version", "cpu_isa_float32",
+                                                             "triton_importable", "cuda")},
+            "pipeline_config": state.default.as_dict(), "generator": state.generator is not None,
+            "service": {k: v for k, v in asdict(service).items() if k != "token"} | {"token": service.token is not None},
+            "caps": SERVICE_CAPS,
+            "batcher": {"queued": batcher.depth, "batches_run": batcher.batches_run,
+                        "largest_batch": batcher.largest_batch}}), media_type="application/json")
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"])
+    async def metrics_page():
+        metrics.queue_depth.set(batcher.depth)
+        return PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE)
+
+    # middlewares, innermost first: metrics see every answer (the guards' 401/413 included)
+    def limit_for(path: str) -> int:
+        return service.max_upload_bytes if path.startswith("/documents") else service.max_query_bytes
+
+    app.add_middleware(BodyLimit, limit_for=limit_for)
+    if service.token is not None:
+        app.add_middleware(BearerToken, token=service.token)
+    if service.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+        app.add_middleware(CORSMiddleware, allow_origins=list(service.cors_origins), allow_methods=["*"],
+                           allow_headers=["*"])
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    return app
+
+
+def _publish_index_metrics(metrics: ServiceMetrics, state: IndexState) -> None:
+    snap = state.snapshot
+    metrics.documents.set(snap.documents)
+    metrics.generation.set(snap.generation)
+
+
+__all__ = ["ServiceConfig", "create_app", "json_bytes"]
