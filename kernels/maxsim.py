@@ -72,7 +72,7 @@ def _is_wide(d: int, fp32: bool) -> bool:
 
 def _configs():
     if INTERPRET:  # one small config: the interpreter is exact but slow
-        return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
+        return [triton.Config({"BLOCK_N": 64}, num_warps=4, num_stages=1)]
     kept = sorted({c for per_height in KEPT.values() for c in per_height} | {WIDE})
     return [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s) for bn, w, s in kept]
 
@@ -277,9 +277,7 @@ def tile_plan(max_len: int, n_queries: int, d: int, rows: int = CROSS_ROWS,
     while g * lqp < 16:
         g *= 2
     block_k = _next_pow2(max(d, 16))
-    if INTERPRET:
-        block_k = min(block_k, 128)
-    elif fp32:  # FMA products hold both operands in registers: narrow column chunks
+    if fp32 and not INTERPRET:  # FMA products hold both operands in registers: narrow column chunks
         block_k = min(block_k, 32)
     elif block_k > 256:  # wider rows are scored in chunks of 128 columns (256 spills)
         block_k = 128
