@@ -1,4 +1,6 @@
 """The knowledge-graph demo runs end to end offline and leaves a loadable index behind."""
+import re
+
 from colgraph_engine import kg_demo
 from colgraph_engine.kg import KnowledgeIndex
 
@@ -7,7 +9,9 @@ def test_kg_demo_builds_lists_and_answers(tmp_path, capsys):
     assert kg_demo.main(["--out", str(tmp_path / "idx")]) == 0
     out = capsys.readouterr().out
     assert "fuji-ride      segments 2  entities  4  relations  3  images 1  regions 3" in out
-    assert "manifest.json" in out and "vec.region.values.bin" in out
+    # index format 2: a part holds item tables, the vectors live in one mapped file per store
+    assert "manifest.json" in out and "vec.region.offsets.bin" in out and "vectors/" in out
+    assert re.search(r"region\.[0-9a-f]+\.bin", out)
     # the question reaches the photo's regions through the alias-merged Mount Fuji
     assert "region 'relation-1' of fuji-ride bbox (0.0, 0.05, 0.9, 0.95)" in out
     index = KnowledgeIndex.open(tmp_path / "idx")
