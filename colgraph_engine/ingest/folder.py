@@ -212,6 +212,9 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
             t0 = time.perf_counter()
             vectors = encode_document(graph, index.encoders) if index.encoders is not None else {}
             rep.timed("encode", t0)
+            # decoded images are not persisted; holding them in the index's in-memory graphs would
+            # keep every page image of the run alive (file paths are kept: they cost nothing)
+            graph.pixels = {k: v for k, v in graph.pixels.items() if isinstance(v, (str, os.PathLike))}
             batch.append((rep, graph, vectors))
             in_batch.add(doc_id)
             if len(batch) >= batch_size:
