@@ -176,6 +176,8 @@ class PackedStore:
         # Capacity buffer behind the current snapshot's values (writers only): rows past the
         # snapshot's T are unused, so appending there never touches rows a reader can see.
         self._buf = torch.empty((0, self.dim), dtype=dtype, device=self.device)
+        # The same for offsets, ids, alive and the sorted-id lookup (see _Columns).
+        self._cols = _Columns()
         self._snap = StoreSnapshot(self._buf[:0], torch.zeros(1, dtype=torch.int64, device=self.device),
                                    torch.empty(0, dtype=torch.int64, device=self.device),
                                    torch.empty(0, dtype=torch.bool, device=self.device), 0, 0)
@@ -341,10 +343,7 @@ class PackedStore:
                 grown[:t_old] = snap.values
                 buf = grown
             buf[t_old:need] = values  # rows no published snapshot covers
-            new = StoreSnapshot(buf[:need], torch.cat([snap.offsets, offsets[1:] + t_old]),
-                                torch.cat([snap.ids, new_ids]),
-                                torch.cat([snap.alive, torch.ones(k, dtype=torch.bool, device=self.device)]),
-                                max(snap.next_id, int(new_ids.max()) + 1) if k else snap.next_id, snap.n_live + k)
+            new = self._cols.extend(snap, buf[:need], offsets[1:] + t_old, new_ids)
             self._buf = buf
             self._snap = new  # publish
         return new_ids
@@ -455,7 +454,13 @@ class PackedStore:
         k = _ops.check_positive_int(k, "k")
         chunk_docs = _ops.check_positive_int(chunk_docs, "chunk_docs", allow_none=True)
         name = _backend.resolve("store.search", self.device, backend)
-        snap = self._snap
+        return self._scan(self._snap, qv, qo, ql, k, name, chunk_docs)
+
+    @staticmethod
+    def _scan(snap: StoreSnapshot, qv, qo, ql, k: int, name: str, chunk_docs: int | None):
+        """The device work of :meth:`search` on validated queries (``qv``, ``qo`` on the device,
+        lengths ``ql`` on the host): device ops and launches only, so it can be captured in a
+        CUDA graph (:mod:`colgraph_engine.graphed_search`)."""
         alive = None if snap.n_live == snap.n_slots else snap.alive
         scores, pos = _ops.topk_scan(qv, qo, snap.values, snap.offsets, k, name, alive, chunk_docs,
                                      q_lengths=ql, host_offsets=snap.host().offsets, n_live=snap.n_live)
@@ -627,11 +632,80 @@ class PackedStore:
             k = offsets.numel() - 1
             new_ids = _new_ids(snap, ids, k, self.device)
             self._buf = values
-            self._snap = StoreSnapshot(values, torch.cat([snap.offsets, offsets[1:] + t_old]),
-                                       torch.cat([snap.ids, new_ids]),
-                                       torch.cat([snap.alive, torch.ones(k, dtype=torch.bool, device=self.device)]),
-                                       max(snap.next_id, int(new_ids.max()) + 1) if k else snap.next_id,
-                                       snap.n_live + k)
+            self._snap = self._cols.extend(snap, values, offsets[1:] + t_old, new_ids)
+
+
+class _Column:
+    """A 1-D tensor that grows at its end inside a buffer with spare capacity (doubling): the
+    published tensor is a view of the buffer's first entries, and appending writes only past
+    them, so every published view stays unchanged (snapshots stay immutable) and appending k
+    entries costs O(k) amortised. A published tensor that is not this buffer's prefix (a store
+    that was compacted, wrapped or loaded) is copied into a new buffer once."""
+
+    __slots__ = ("buf", "copied")
+
+    def __init__(self):
+        self.buf: torch.Tensor | None = None
+        self.copied = 0  # entries copied into new buffers so far (tests count them)
+
+    def extend(self, current: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """``current`` followed by ``new`` (both 1-D, same dtype and device)."""
+        n, k = current.numel(), new.numel()
+        buf = self.buf
+        if buf is None or buf.data_ptr() != current.data_ptr() or buf.device != current.device \
+                or buf.dtype != current.dtype or n + k > buf.numel() or n and not current.is_contiguous():
+            grown = torch.empty(max(2 * (n + k), 16), dtype=current.dtype, device=current.device)
+            grown[:n] = current
+            self.copied += n
+            buf = self.buf = grown
+        buf[n:n + k] = new  # entries no published view covers
+        return buf[:n + k]
+
+
+class _Columns:
+    """The growing columns behind a store's snapshots: offsets, ids, alive and the sorted-id
+    lookup (sorted ids and their positions)."""
+
+    __slots__ = ("offsets", "ids", "alive", "sorted_ids", "order")
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, _Column())
+
+    @property
+    def copied(self) -> int:
+        return sum(getattr(self, name).copied for name in self.__slots__)
+
+    def extend(self, snap: StoreSnapshot, values: torch.Tensor, new_offsets: torch.Tensor,
+               new_ids: torch.Tensor) -> StoreSnapshot:
+        """The snapshot after appending items with end offsets `new_offsets` ``[k]`` (into
+        `values`) and ids `new_ids` ``[k]`` (checked: unique, not in the store) to `snap`.
+
+        The id lookup is carried over when `snap` has one: ids larger than every stored id (how
+        the knowledge index numbers a new document's items) are appended, in O(k log k); other ids
+        are merged into it in O(N + k). Without one it stays lazy (sorted on first use)."""
+        k = new_ids.numel()
+        device = new_ids.device
+        lookup = snap._lookup
+        if lookup is not None and k:
+            s_new, o_new = torch.sort(new_ids)
+            o_new = o_new + snap.n_slots
+            s_old, o_old = lookup
+            if s_old.numel() == 0 or bool(s_new[0] > s_old[-1]):
+                lookup = (self.sorted_ids.extend(s_old, s_new), self.order.extend(o_old, o_new))
+            else:  # general path: a merge of two sorted runs
+                at = torch.searchsorted(s_old, s_new) + torch.arange(k, device=device)
+                keep = torch.ones(s_old.numel() + k, dtype=torch.bool, device=device)
+                keep[at] = False
+                s = torch.empty(s_old.numel() + k, dtype=torch.int64, device=device)
+                o = torch.empty_like(s)
+                s[at], o[at] = s_new, o_new
+                s[keep], o[keep] = s_old, o_old
+                lookup = (s, o)
+        return StoreSnapshot(values, self.offsets.extend(snap.offsets, new_offsets), self.ids.extend(snap.ids, new_ids),
+                             self.alive.extend(snap.alive, torch.ones(k, dtype=torch.bool, device=device)),
+                             max(snap.next_id, int(new_ids.max()) + 1) if k else snap.next_id, snap.n_live + k,
+                             lookup=lookup)
 
 
 def _positions(snap: StoreSnapshot, q: torch.Tensor, allow_deleted: bool, name: str) -> torch.Tensor:
@@ -673,7 +747,7 @@ def _new_ids(snap: StoreSnapshot, ids, k: int, device: torch.device) -> torch.Te
         raise ValueError(f"ids: expected non-negative ids, got {int(t.min())}")
     if torch.unique(t).numel() != k:
         raise ValueError("ids: expected unique ids, got duplicates")
-    if k and snap.n_slots:
+    if k and snap.n_slots and int(t.min()) < snap.next_id:  # every stored id is below next_id
         s, _ = snap.lookup()
         at = torch.searchsorted(s, t).clamp(max=s.numel() - 1)
         clash = s[at] == t
