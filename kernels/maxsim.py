@@ -212,7 +212,9 @@ def _cross_kernel(
 
 @triton.autotune(configs=_configs(), key=["D", "G", "LQP", "NUM_K", "IEEE", "PIECED"],
                  prune_configs_by={"early_config_prune": _prune_configs}, cache_results=True)
-@triton.jit(do_not_specialize=["n_pieces"])
+# n_items is a one-element view at the end of a cumsum: its address alignment varies with the
+# number of pairs, which would otherwise compile one kernel per alignment.
+@triton.jit(do_not_specialize=["n_pieces"], do_not_specialize_on_alignment=["n_items_ptr"])
 def _candidates_kernel(
     q_ptr, q_offsets_ptr, x_ptr, x_offsets_ptr,
     out_ptr, pair_doc_ptr, pair_query_ptr, pair_slot_ptr, item_start_ptr, n_items_ptr, n_pieces,

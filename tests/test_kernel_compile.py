@@ -47,7 +47,8 @@ def test_the_jit_specialisation_marks_pointers_and_strides_divisible(compiled):
     # specialise (do_not_specialize), so they never make a kernel of their own.
     for r in compiled:
         assert {"q_ptr", "x_ptr", "x_offsets_ptr"} <= set(r["divisible_args"]), r
-        assert not {"n_queries", "n_docs", "n_groups", "n_pieces", "out_row_stride"} & set(r["divisible_args"]), r
+        assert not {"n_queries", "n_docs", "n_groups", "n_pieces", "out_row_stride", "n_items_ptr"} \
+            & set(r["divisible_args"]), r
 
 
 def test_no_config_spills_and_each_keeps_two_programs_per_sm(compiled):

@@ -1,0 +1,105 @@
+"""Host-side cost of one ``PackedStore.search`` call, without a GPU: the input to the CUDA-graphs
+decision for the 1-query path (issue 14).
+
+A CUDA graph replaces the launches of one call with one graph launch; it can only remove the
+host's share of the latency. This measures that share on the CPU: the store's query path is
+run on a CPU store with the Triton launch replaced by a no-op (the kernel is the device's
+work, and the interpreter that would run it here is not representative), on data so small
+that each torch op costs its dispatch, not its arithmetic. It counts the torch ops the path
+issues (each is one kernel launch on a GPU) and times the whole path. The Triton launch's own
+host cost is not measured here (it needs a driver); the GPU benchmark's ``store`` section
+measures eager against graph replay on the device.
+
+    .venv/bin/python benchmarks/launch_overhead.py      # writes results/launch_overhead.{md,json}
+"""
+from __future__ import annotations
+
+import os
+
+# The backend check admits CPU tensors to the Triton path only under the interpreter; the
+# launch itself is replaced below, so nothing is interpreted.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import json  # noqa: E402
+import statistics
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+import colgraph_engine as cg  # noqa: E402
+from colgraph_engine.kernels import maxsim as km  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+class CountOps(TorchFunctionMode):
+    """Counts torch calls that return a tensor, by name: an upper bound on the launches the
+    call makes on a GPU (some of them work on host tensors: the checks of CPU offsets and ids)."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        first = out[0] if isinstance(out, (tuple, list)) and out else out
+        name = getattr(func, "__name__", repr(func))
+        if isinstance(first, torch.Tensor) and name != "__get__":
+            self.counts[name] = self.counts.get(name, 0) + 1
+        return out
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    d, n_docs, lq = 128, 1024, 32
+    store = cg.PackedStore(d, torch.bfloat16)
+    store.add([torch.randn(2, d, generator=g) for _ in range(n_docs)])  # 2 tokens: dispatch-bound ops
+    store.snapshot().host()  # the host copies a first call makes
+    q = torch.randn(lq, d, generator=g).to(torch.bfloat16)
+    qo = torch.tensor([0, lq])
+    launches = []
+
+    def no_launch(*args, grid=None, **kwargs):  # the device's share: not timed here
+        launches.append(grid)
+    km._cross_kernel.run = no_launch
+    km._candidates_kernel.run = no_launch
+    rows = {}
+    for name, call in (("search k=10", lambda: store.search(q, qo, k=10, backend="triton", assume_finite=True)),
+                       ("score_candidates 64", lambda: store.score_candidates(
+                           q, qo, torch.tensor([0, 64]), torch.arange(64), backend="triton", assume_finite=True))):
+        call()
+        launches.clear()
+        with CountOps() as mode:
+            call()
+        n_launches = len(launches)
+        times = []
+        for _ in range(300):
+            t = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t) * 1e6)
+        rows[name] = dict(torch_ops=sum(mode.counts.values()), triton_launches=n_launches, ops=mode.counts,
+                          host_us_median=round(statistics.median(times), 1), host_us_min=round(min(times), 1))
+        print(name, json.dumps(rows[name]), flush=True)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "launch_overhead.json").write_text(json.dumps(rows, indent=1) + "\n")
+    lines = ["# Host cost of one store call (CPU, Triton launch replaced by a no-op)", "",
+             f"torch {torch.__version__}, 1 thread, {n_docs} documents, 1 query of {lq} tokens, bf16, d = {d}. "
+             "`torch ops`: torch calls that return a tensor, an upper bound on the call's launches on a "
+             "GPU (views and the checks of host offsets/ids launch nothing). Host µs: the whole call, "
+             "Python included, this machine's CPU (2 shared cores). Command: "
+             "`.venv/bin/python benchmarks/launch_overhead.py`.", "",
+             "| call | torch ops | Triton launches | host µs (median) | host µs (min) |", "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {r['torch_ops']} | {r['triton_launches']} | {r['host_us_median']} | {r['host_us_min']} |")
+    for name, r in rows.items():
+        lines += ["", f"{name}: " + ", ".join(f"{k} {v}" for k, v in r["ops"].items())]
+    (OUT / "launch_overhead.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
