@@ -548,3 +548,30 @@ def test_answer_runs_the_service_generator(template):
         assert prompts[0] == r.json()["context"]
         r = c.post("/query", json={"question": QUESTIONS[0]})
         assert r.json()["answer"] is None and len(prompts) == 1  # context only unless asked
+
+
+def test_finish_runs_in_the_worker_and_its_failure_stays_with_its_query(template):
+    pipe = Pipeline(KnowledgeIndex.open(template, ENC), ENC, PipelineConfig(kd=3))
+    threads = set()
+
+    def finish(result):
+        threads.add(threading.current_thread().name)
+        if "cat" in result.query.question:
+            raise RuntimeError("cannot serialise this one")
+        return json_bytes(result.as_dict())
+
+    async def main():
+        b = DynamicBatcher(lambda cfg, qs: pipe.retrieve_batch(qs), max_batch=4,
+                           max_wait_s=0.05, queue_size=8, finish=finish)
+        await b.start()
+        futs = b.enqueue([(Query(q), pipe.config) for q in QUESTIONS[:3]])
+        out = await asyncio.gather(*futs, return_exceptions=True)
+        await b.close()
+        return out
+
+    out = asyncio.run(main())
+    assert isinstance(out[2], RuntimeError) and threads and all(t.startswith("colgraph-batch") for t in threads)
+    for i in (0, 1):
+        assert out[i].batch_size == 3
+        assert comparable(json.loads(out[i].payload)) == comparable(json.loads(json_bytes(
+            pipe.retrieve(Query(QUESTIONS[i])).as_dict())))

@@ -30,6 +30,11 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+try:
+    import orjson
+except ImportError:  # optional: the standard library's json gives the same output, slower
+    orjson = None
 from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -109,16 +114,42 @@ def _plain(x):
 
 
 def json_bytes(obj) -> bytes:
+    """`obj` as compact JSON: numpy values as Python, tuples as lists, NaN and infinities as null,
+    anything else by ``str``. orjson when installed (a 42 kB result: about 0.1 ms against 0.85 ms
+    for ``json`` on this project's machine), else the standard library; both give the same JSON."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY, default=_orjson_default)
+        except TypeError:  # a type orjson refuses even through default (e.g. a non-str dict key)
+            pass
     try:  # the common case: already plain and finite
         return json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
     except (TypeError, ValueError):
         return json.dumps(_plain(obj), allow_nan=False, separators=(",", ":")).encode()
 
 
-def result_json(a: Answered) -> dict:
-    d = a.result.as_dict()
-    d["batch"] = {"size": a.batch_size, "queue_ms": round(a.queue_s * 1e3, 3), "run_ms": round(a.run_s * 1e3, 3)}
-    return d
+def _orjson_default(x):
+    if isinstance(x, np.generic):
+        return _plain(x.item())
+    if isinstance(x, np.ndarray):  # one orjson does not take natively (dtype or layout)
+        return _plain(x.tolist())
+    return str(x)
+
+
+def result_bytes(result) -> bytes:
+    """``Result.as_dict()`` as JSON, without its closing brace (the batch's figures follow)."""
+    data = json_bytes(result.as_dict())
+    if not data.endswith(b"}"):  # as_dict always gives an object; anything else is a bug here
+        raise RuntimeError("a result did not serialise to a JSON object")
+    return data[:-1]
+
+
+def answer_bytes(a: Answered) -> bytes:
+    """The result's JSON with ``"batch": {size, queue_ms, run_ms}`` added (spliced into the bytes
+    the worker thread made, so the event loop does no serialising)."""
+    batch = json_bytes({"size": a.batch_size, "queue_ms": round(a.queue_s * 1e3, 3), "run_ms": round(a.run_s * 1e3, 3)})
+    body = a.payload if a.payload is not None else result_bytes(a.result)
+    return body + b',"batch":' + batch + b"}"
 
 
 def decode_image(data: bytes, what: str, max_pixels: int) -> np.ndarray:
@@ -181,7 +212,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
     state = IndexState(index, encoders, pipeline_config, generator)
     metrics = ServiceMetrics()
     batcher = DynamicBatcher(state.run_batch, max_batch=service.max_batch, max_wait_s=service.max_wait_ms / 1e3,
-                             queue_size=service.queue_size, metrics=metrics)
+                             queue_size=service.queue_size, metrics=metrics, finish=result_bytes)
     writer = IndexWriter(state, max_pending=service.max_pending_writes, metrics=metrics,
                          ingest_options=ingest_options)
 
@@ -259,7 +290,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         except Exception as exc:
             code, msg = failure(exc)
             raise HTTPException(code, msg) from None
-        return Response(json_bytes(result_json(answered)), media_type="application/json")
+        return Response(answer_bytes(answered), media_type="application/json")
 
     @app.post("/query/form", response_model=QueryResponse, responses=errors, tags=["query"])
     async def query_form(question: str = Form(..., max_length=8192), caption: str = Form("", max_length=8192),
@@ -286,7 +317,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         except Exception as exc:
             code, msg = failure(exc)
             raise HTTPException(code, msg) from None
-        return Response(json_bytes(result_json(answered)), media_type="application/json")
+        return Response(answer_bytes(answered), media_type="application/json")
 
     @app.post("/query/batch", response_model=BatchQueryResponse, responses=errors, tags=["query"])
     async def query_batch(req: BatchQueryRequest):
@@ -302,11 +333,11 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         items = []
         for fut in futures:
             try:
-                items.append({"status": 200, "result": result_json(await fut)})
+                items.append(b'{"status":200,"result":' + answer_bytes(await fut) + b"}")
             except Exception as exc:
                 code, msg = failure(exc)
-                items.append({"status": code, "error": msg})
-        return Response(json_bytes({"results": items}), media_type="application/json")
+                items.append(json_bytes({"status": code, "error": msg}))
+        return Response(b'{"results":[' + b",".join(items) + b"]}", media_type="application/json")
 
     # -- documents --------------------------------------------------------------------------
     @app.post("/documents", response_model=DocumentsResponse, responses={**errors, 409: {"model": ErrorResponse}},
