@@ -1,0 +1,82 @@
+"""k-means for the prefilter's centroids (torch; runs on the device of the points).
+
+Count: PLAID's rule, ``2^floor(log2(16 * sqrt(T)))`` for T token vectors (ColBERT's
+``collection_indexer.py``: ``num_partitions``), clipped to the number of training points.
+
+Training points: at most ``max_points`` tokens, sampled uniformly without replacement (ColBERT
+samples whole passages, about ``16 * sqrt(120 * N)`` of them; sampling tokens directly is our
+choice: it bounds the work by a token count whatever the document lengths). Iterations: 4 by
+default, ColBERT's ``kmeans_niters``. Initialisation: distinct random training points; an empty
+cluster is re-seeded with the point farthest from its centroid (ours). Assignment is by largest
+inner product on unit vectors (== nearest in L2 for unit data); centroids are the normalised
+means, as the token vectors of late-interaction models are unit vectors.
+
+Work is blocked: the ``[points, centroids]`` score block never exceeds ``block_elems`` values.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+DEFAULT_ITERATIONS = 4          # ColBERT's kmeans_niters
+DEFAULT_MAX_POINTS = 1 << 18    # ours: 262,144 training tokens at most (sampled)
+BLOCK_ELEMS = 1 << 24           # ours: 64 MiB of fp32 scores per assignment block
+
+
+def default_centroid_count(n_tokens: int) -> int:
+    """PLAID's default: ``2^floor(log2(16 * sqrt(n_tokens)))`` (at least 1)."""
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens: expected at least 1 token, got {n_tokens}")
+    return int(2 ** math.floor(math.log2(16 * math.sqrt(n_tokens))))
+
+
+def assign(points: torch.Tensor, centroids: torch.Tensor, block_elems: int = BLOCK_ELEMS):
+    """``(best [P] int64, score [P] float32)``: each point's centroid by largest inner product
+    (ties: lower index), computed in blocks of rows. `points` ``[P, d]``, `centroids` ``[C, d]``."""
+    p = points.shape[0]
+    best = torch.empty(p, dtype=torch.int64, device=points.device)
+    score = torch.empty(p, dtype=torch.float32, device=points.device)
+    rows = max(1, block_elems // max(1, centroids.shape[0]))
+    c = centroids.float()
+    for a in range(0, p, rows):
+        s = points[a:a + rows].float() @ c.T
+        v, i = s.max(dim=1)
+        best[a:a + rows], score[a:a + rows] = i, v
+    return best, score
+
+
+def sample_points(values: torch.Tensor, max_points: int, generator: torch.Generator) -> torch.Tensor:
+    """At most `max_points` rows of ``values [T, d]`` chosen uniformly without replacement (all
+    rows when T is smaller), as float32 on `values`' device."""
+    t = values.shape[0]
+    if t <= max_points:
+        return values.float()
+    pick = torch.randperm(t, generator=generator)[:max_points].sort().values
+    return values[pick.to(values.device)].float()
+
+
+def kmeans(points: torch.Tensor, n_centroids: int, *, iterations: int = DEFAULT_ITERATIONS, seed: int = 0,
+           progress=None) -> torch.Tensor:
+    """``[C, d]`` float32 unit centroids of ``points [P, d]`` (C = min(n_centroids, P)).
+
+    `progress`: optional callable taking one int (iterations done), e.g. a tqdm's ``update``.
+    """
+    p, d = points.shape
+    c = min(int(n_centroids), p)
+    g = torch.Generator().manual_seed(seed)
+    x = F.normalize(points.float(), dim=-1)
+    cent = x[torch.randperm(p, generator=g)[:c].to(x.device)].clone()
+    for _ in range(iterations):
+        best, score = assign(x, cent)
+        sums = torch.zeros_like(cent).index_add_(0, best, x)
+        counts = torch.bincount(best, minlength=c)
+        empty = torch.nonzero(counts == 0).squeeze(1)
+        if empty.numel():  # re-seed with the worst-served points (distinct)
+            worst = torch.topk(score, min(empty.numel(), p), largest=False).indices
+            sums[empty[:worst.numel()]] = x[worst]
+        cent = F.normalize(sums, dim=-1)
+        if progress is not None:
+            progress(1)
+    return cent
