@@ -14,9 +14,10 @@ Persistent grids (one wave of programs that loop), in document order:
   * cross:      program p keeps query group ``p % n_groups`` resident and walks documents
                 ``p // n_groups, + stride, ...`` (stride = programs / n_groups): the programs
                 that share a document run side by side, so it is read from HBM once and served
-                from L2 to the other query groups. The document loop is flattened into the tile
-                loop (``tl.range(flatten=True)``), so the pipeliner fetches the next document's
-                first tile while the current one finishes.
+                from L2 to the other query groups. The documents' tiles form ONE loop (written
+                flat: Triton's ``flatten=True`` leaves nests whose inner trip count varies), so
+                the pipeliner fetches the next document's first tiles while the current one
+                finishes (TTGIR: async copies two tiles ahead across document ends).
   * candidates: work items of exactly G queries of one document (G in 1, 2, 4, 8: a document
                 listed by k queries becomes items of 8, then 4, 2, 1 by the bits of k % 8),
                 one launch per bucket, items in document order. The lists are built on the
@@ -54,13 +55,12 @@ PROGRAMS_PER_SM = 2
 # compile table: no spills and >= 2 resident programs per SM on both. Two at most per height,
 # so a store's shapes compile a handful of kernels, not dozens (the benchmark's budget).
 KEPT = {
-    16: ((64, 4, 3),),                   # sm_90 6 programs/SM, sm_80 4
-    32: ((64, 4, 3),),                   # 5, 4 (the 1-query path: memory bound, tiles in flight)
-    64: ((64, 4, 3),),                   # 3, 3
-    128: ((64, 4, 3), (32, 8, 3)),       # 2, 2 and 4, 2 (BLOCK_N 64 at 8 warps: 1 on sm_80)
-    256: ((32, 8, 3), (32, 4, 3)),       # 2, 2 and 2, 2 (BLOCK_N 64 here: 1 per SM, or spills)
-}
-# Rows wider than 256 bytes (bf16/fp16 d > 128, any fp32): Q and the staged document tiles take
+    16: ((64, 4, 3),),
+    32: ((64, 4, 3),),                   # the 1-query path: memory bound, tiles in flight
+    64: ((64, 4, 3),),
+    128: ((64, 4, 3), (32, 8, 3)),       # BLOCK_N 64 at 8 warps: 1 program per SM on sm_80
+    256: ((32, 8, 3), (32, 4, 3)),       # BLOCK_N 64 here: 1 program per SM, or spills
+}# Rows wider than 256 bytes (bf16/fp16 d > 128, any fp32): Q and the staged document tiles take
 # more shared memory and the products more registers, so one narrow config (compile table:
 # the wide rows) replaces the table above.
 WIDE = (32, 4, 2)
@@ -138,7 +138,7 @@ def _doc_row_max(q, q_ptr, q_rows, row_valid, x_ptr, x_start, x_end, D: tl.const
     ``[BLOCK_M, BLOCK_N]`` register tile and reduced across columns once at the end.
     """
     best = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
-    n_tiles = tl.cdiv(x_end - x_start, BLOCK_N)
+    n_tiles = tl.cdiv(x_end - x_start, BLOCK_N).to(tl.int32)
     last = x_end - 1
     for t in range(n_tiles):
         x_rows = tl.minimum(x_start + t * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64), last)
@@ -158,6 +158,50 @@ def _doc_row_max(q, q_ptr, q_rows, row_valid, x_ptr, x_start, x_end, D: tl.const
 def _sum_per_query(row_max, row_valid, G: tl.constexpr, LQP: tl.constexpr):
     """``[G]``: rows that are not query tokens add nothing."""
     return tl.sum(tl.reshape(tl.where(row_valid, row_max, 0.0), [G, LQP]), axis=1)
+
+
+@triton.jit
+def _stream_docs(q, row_valid, first_q, n_queries, x_ptr, x_offsets_ptr, first_doc, n_docs, doc_stride,
+                 out_ptr, out_row_stride, D: tl.constexpr, G: tl.constexpr, LQP: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+                 UPCAST: tl.constexpr):
+    """Documents first_doc, + doc_stride, ... against the resident query tile `q`, as ONE loop
+    over all their tiles (not a loop per document), so the pipeliner keeps the next document's
+    first tiles in flight while the current one ends. Triton's own loop flattening (tl.range
+    flatten=True) fuses only inner loops whose bounds do not depend on the outer loop, and a
+    document's tile count does, so the loop is written flat here. An empty document takes one
+    (discarded) tile, so every document has a last tile at which its scores are stored."""
+    BLOCK_M: tl.constexpr = G * LQP
+    total = 0
+    for doc in range(first_doc, n_docs, doc_stride):
+        n = tl.load(x_offsets_ptr + doc + 1) - tl.load(x_offsets_ptr + doc)
+        total += tl.maximum(tl.cdiv(n, BLOCK_N), 1).to(tl.int32)
+    doc = first_doc
+    has_doc = doc < n_docs
+    x_start = tl.load(x_offsets_ptr + doc, mask=has_doc, other=0)
+    x_end = tl.load(x_offsets_ptr + doc + 1, mask=has_doc, other=0)
+    n0 = x_start
+    best = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
+    for _ in range(total):
+        x_rows = tl.maximum(tl.minimum(n0 + tl.arange(0, BLOCK_N).to(tl.int64), x_end - 1), 0)
+        x = _load_x(x_ptr, x_rows, 0, D, BLOCK_K, EVEN_K, UPCAST)
+        best = tl.maximum(best, _dot(q, x, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE))
+        n0 += BLOCK_N
+        last = n0 >= x_end  # the document's last tile (or its only, discarded one when empty)
+        if last:
+            m = tl.where(x_end > x_start, tl.max(best, axis=1), float("-inf"))
+            tl.store(out_ptr + first_q.to(tl.int64) * out_row_stride + doc,
+                     _sum_per_query(m, row_valid, G, LQP), mask=first_q < n_queries)
+            best = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype=tl.float32)
+        # The next tile's position by selects, not inside the branch: the pipeliner can then
+        # compute addresses ahead (offsets of the next document are read every tile, from L1).
+        nxt = doc + doc_stride
+        nxt_start = tl.load(x_offsets_ptr + nxt, mask=nxt < n_docs, other=0)
+        nxt_end = tl.load(x_offsets_ptr + nxt + 1, mask=nxt < n_docs, other=0)
+        doc = tl.where(last, nxt, doc)
+        x_start = tl.where(last, nxt_start, x_start)
+        x_end = tl.where(last, nxt_end, x_end)
+        n0 = tl.where(last, nxt_start, n0)
 
 
 # -------------------------------------------------------------------------------------------
@@ -191,7 +235,13 @@ def _cross_kernel(
     # The query tile stays resident for every document of this program.
     valid0 = q_ok & (tok < q_len)
     q = _load_q(q_ptr, q_start + tok, valid0, 0, D, BLOCK_K, EVEN_K, UPCAST)
-    for doc in tl.range(pid // n_groups, n_docs, n_prog // n_groups, flatten=True):
+    first_doc = pid // n_groups
+    doc_stride = n_prog // n_groups
+    if NUM_K == 1 and not PIECED:
+        _stream_docs(q, valid0, first_q, n_queries, x_ptr, x_offsets_ptr, first_doc, n_docs, doc_stride,
+                     out_ptr, out_row_stride, D, G, LQP, BLOCK_N, BLOCK_K, EVEN_K, IEEE, UPCAST)
+        return
+    for doc in range(first_doc, n_docs, doc_stride):
         x_start = tl.load(x_offsets_ptr + doc)
         x_end = tl.load(x_offsets_ptr + doc + 1)
         if PIECED:  # queries longer than LQP: one pass over the document per piece of LQP tokens
@@ -230,7 +280,7 @@ def _candidates_kernel(
     rows = tl.arange(0, BLOCK_M)
     local_q = rows // LQP
     tok = (rows % LQP).to(tl.int64)
-    for item in tl.range(pid, n_items, n_prog, flatten=True):
+    for item in range(pid, n_items, n_prog):  # per item a new query tile: not flattened
         start = tl.load(item_start_ptr + item)
         doc = tl.load(pair_doc_ptr + start)
         query = tl.load(pair_query_ptr + start + local_q)

@@ -72,7 +72,9 @@ class DeviceOnly(torch.Tensor):
             if func in _DATA_DEPENDENT:
                 raise HostRead(f"data-dependent output size: {name}")
             if func in (torch.repeat_interleave, torch.Tensor.repeat_interleave):
-                repeats = args[1] if len(args) > 1 else kwargs.get("repeats", args[0] if func is torch.repeat_interleave and len(args) == 1 else None)
+                # torch.repeat_interleave(repeats) alone, or (input, repeats)
+                alone = func is torch.repeat_interleave and len(args) == 1
+                repeats = args[1] if len(args) > 1 else kwargs.get("repeats", args[0] if alone else None)
                 if isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None:
                     raise HostRead("repeat_interleave with tensor repeats and no output_size")
             if func is torch.where and len(args) + len(kwargs) == 1:
@@ -104,8 +106,6 @@ def kernels_run_on_the_device(monkeypatch):
             finally:
                 _inside_kernel.on = False
         monkeypatch.setattr(kernel, "run", run)
-    launches = []
-    yield launches
 
 
 def make_store(lengths, d, dtype, seed, delete=()):
@@ -186,9 +186,8 @@ def test_store_search_and_candidates_read_nothing_back(kernels_run_on_the_device
         s, i = s.as_subclass(torch.Tensor), i.as_subclass(torch.Tensor)
         pos = i - 100
         assert_scores_match(s, full.gather(1, pos), same.gather(1, pos), "search")
-        kth = s[:, -1:].double()
-        assert bool((full.max(1).values.double() <= s[:, 0].double() + 1e-2).all()) and bool((pos != 3).all())
-        assert kth.shape == (3, 1)
+        best4 = torch.topk(full, 4, dim=1).values  # the 4 best live scores (up to ties and rounding)
+        assert torch.allclose(s.double(), best4, atol=0.05, rtol=0.01) and bool((pos != 3).all())
     owner = torch.repeat_interleave(torch.arange(3), co.diff())
     pos = torch.tensor(flat) - 100
     assert_scores_match(cand.as_subclass(torch.Tensor), full[owner, pos], same[owner, pos], "candidates")
@@ -214,7 +213,8 @@ def test_graphed_search_equals_search_and_follows_writes(kernels_run_on_the_devi
     want = store.search(q, torch.tensor([0, 5, 10]), k=3, backend="triton")
     guard(store)
     got = fast(device_only(q))
-    assert torch.equal(got[0].as_subclass(torch.Tensor), want[0]) and torch.equal(got[1].as_subclass(torch.Tensor), want[1])
+    for g, w in zip(got, want):
+        assert torch.equal(g.as_subclass(torch.Tensor), w)
     with pytest.raises(ValueError, match="queries: expected shape"):
         fast(q[:9])
 
