@@ -264,3 +264,36 @@ def test_ingest_checks_its_arguments(corpus):
     with pytest.raises(TypeError, match="build_options"):
         ingest(index, corpus, build_options={"colour": 1})
     assert len(index) == 0
+
+
+def test_images_are_encoded_in_chunks_with_the_same_vectors(monkeypatch):
+    from colgraph_engine.kg import DocumentInput, ImageInput, Section, build_document_graph, encode_document
+    from colgraph_engine.kg import vectors as kv
+
+    photos = [data.astronaut()[::4, ::4], data.coffee()[::4, ::4], data.chelsea()[::2, ::2]]
+    scene = "<object-1>: thing, (0.1, 0.1, 0.6, 0.7)\n<object-2>: other, (0.5, 0.2, 0.9, 0.9)"
+    doc = DocumentInput("d", [Section(f"photo {i}", images=(f"p{i}",)) for i in range(5)],
+                        images=[ImageInput(f"p{i}", photos[i % 3], scene) for i in range(5)])
+    g = build_document_graph(doc)
+    enc = Encoders.offline()
+    seen = []
+    patches = enc.patches
+
+    def counting(batch):
+        seen.append(len(batch))
+        return patches(batch)
+
+    whole = encode_document(g, enc)
+    monkeypatch.setattr(kv, "IMAGE_CHUNK", 2)
+    chunked = encode_document(g, Encoders(enc.text, enc.tokens, type(patches)(counting, patches.name, patches.dim,
+                                                                               patches.role)))
+    assert max(seen) == 2 and sum(seen) == 5 + 10  # 5 images, 10 regions
+    for store in ("image", "region"):
+        assert np.array_equal(whole[store].local, chunked[store].local)
+        assert torch_equal(whole[store].values, chunked[store].values)
+        assert np.array_equal(whole[store].offsets.numpy(), chunked[store].offsets.numpy())
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+    return a.shape == b.shape and bool(torch.equal(a, b))

@@ -156,6 +156,29 @@ def item_images(graph: DocumentGraph, store: str) -> tuple[np.ndarray, list]:
     return np.asarray(ids, np.int64), images
 
 
+IMAGE_CHUNK = 16  # images decoded at once while encoding (ours: bounds memory, not speed)
+
+
+def _encode_images(graph: DocumentGraph, store: str, enc) -> tuple[np.ndarray, list]:
+    """:func:`item_images` encoded :data:`IMAGE_CHUNK` images at a time, so that a document with
+    hundreds of large images never holds them all decoded (and as float tensors) at once."""
+    jobs = []
+    for v in graph.nodes_of(STORES[store][1]):
+        owner = int(v) if store == "image" else int(graph.node_image[v])
+        if owner >= 0 and graph.node_name[owner] in graph.pixels:
+            jobs.append((int(v), owner))
+    out = []
+    for start in range(0, len(jobs), IMAGE_CHUNK):
+        opened: dict[int, object] = {}
+        batch = []
+        for v, owner in jobs[start:start + IMAGE_CHUNK]:
+            if owner not in opened:
+                opened[owner] = open_image(graph.pixels[graph.node_name[owner]])
+            batch.append(opened[owner] if store == "image" else crop_to_box(opened[owner], graph.node_bbox[v]))
+        out.extend(enc(batch))
+    return np.asarray([v for v, _ in jobs], np.int64), out
+
+
 def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemVectors]:
     """Vectors for every store whose encoder is configured (stores with no items are omitted)."""
     if not isinstance(encoders, Encoders):
@@ -165,10 +188,13 @@ def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemV
         enc = getattr(encoders, role)
         if enc is None:
             continue
-        ids, batch = item_images(graph, store) if role == "patches" else item_texts(graph, store)
+        if role == "patches":
+            ids, result = _encode_images(graph, store, enc)
+        else:
+            ids, batch = item_texts(graph, store)
+            result = enc(batch) if len(ids) else []
         if not len(ids):
             continue
-        result = enc(batch)
         if role == "text":
             values = result.float()
             offsets = torch.arange(len(ids) + 1, dtype=torch.int64)
