@@ -205,7 +205,7 @@ def _info(args) -> int:
     from .kg.index import _read_manifest
 
     m = _read_manifest(args.index)
-    docs = m["documents"]
+    docs = list(m["documents"])  # format 3: read from the part files
     if args.json:
         print(json.dumps({"index": str(args.index), "generation": m["generation"], "totals": m.get("totals"),
                           "encoders": m["encoders"], "dims": m["dims"], "dtype": m["dtype"],

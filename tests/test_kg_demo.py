@@ -9,8 +9,8 @@ def test_kg_demo_builds_lists_and_answers(tmp_path, capsys):
     assert kg_demo.main(["--out", str(tmp_path / "idx")]) == 0
     out = capsys.readouterr().out
     assert "fuji-ride      segments 2  entities  4  relations  3  images 1  regions 3" in out
-    # index format 2: a part holds item tables, the vectors live in one mapped file per store
-    assert "manifest.json" in out and "vec.region.offsets.bin" in out and "vectors/" in out
+    # index format 3: a part is one file (graphs and item tables), the vectors live in one mapped file per store
+    assert "manifest.json" in out and re.search(r"p\d{6}-[0-9a-f]{8}\.part", out) and "vectors/" in out
     assert re.search(r"region\.[0-9a-f]+\.bin", out)
     # the question reaches the photo's regions through the alias-merged Mount Fuji
     assert "region 'relation-1' of fuji-ride bbox (0.0, 0.05, 0.9, 0.95)" in out

@@ -15,7 +15,9 @@ from colgraph_engine.kg import (
     DocumentInput, Encoders, ImageInput, IndexFormatError, ItemVectors, KnowledgeIndex, TableInput,
     build_document_graph, encode_document, make_uid,
 )
+from colgraph_engine import _arrayfile
 from colgraph_engine.kg import index as index_module
+from colgraph_engine.kg.index import read_documents
 from colgraph_engine.kg import parts as parts_module
 from colgraph_engine.kg.vectors import image_text_view, region_text_view
 
@@ -194,8 +196,8 @@ def test_remove_document_leaves_nothing_dangling(tmp_path):
                 np.testing.assert_array_equal(new.vectors[s].local, old.vectors[s].local)
                 assert torch.equal(new.vectors[s].values, old.vectors[s].values)
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert [d["doc_id"] for d in manifest["documents"]] == ["fuji", "osaka"]
-    assert sorted(os.listdir(tmp_path / "idx" / "parts")) == sorted(manifest["parts"])
+    assert [d["doc_id"] for d in read_documents(tmp_path / "idx")] == ["fuji", "osaka"]
+    assert sorted(os.listdir(tmp_path / "idx" / "parts")) == sorted(p["name"] for p in manifest["parts"])
     # the id can be used again; it gets a new number
     idx.add_document(small_docs()[1])
     assert idx.doc_number("tokyo") > gone
@@ -284,15 +286,15 @@ def test_failure_inside_a_part_write_leaves_no_trace(tmp_path, monkeypatch):
     idx = KnowledgeIndex.create(tmp_path / "idx", ENC)
     idx.add_documents(small_docs()[:1])
     calls = {"n": 0}
-    real = parts_module._arraydir._atomic.sha256_file
+    real = parts_module._arrayfile.hashlib.sha256
 
-    def fail_on_fifth(path, *a, **k):
+    def fail_on_fifth(*a, **k):  # the part file is half written when its fifth array is hashed
         calls["n"] += 1
         if calls["n"] == 5:
             raise Crash("disk full")
-        return real(path, *a, **k)
+        return real(*a, **k)
 
-    monkeypatch.setattr(parts_module._arraydir._atomic, "sha256_file", fail_on_fifth)
+    monkeypatch.setattr(parts_module._arrayfile.hashlib, "sha256", fail_on_fifth)
     with pytest.raises(Crash):
         idx.add_documents(small_docs()[1:])
     monkeypatch.undo()
@@ -307,7 +309,7 @@ def test_a_killed_writer_leaves_an_orphan_part_that_is_ignored_then_removed(tmp_
     idx.add_documents(small_docs()[:1])
     parts = tmp_path / "idx" / "parts"
     (only,) = list(parts.iterdir())
-    shutil.copytree(only, parts / "p999999-orphan")                  # written, never committed
+    shutil.copyfile(only, parts / "p999999-orphan.part")             # written, never committed
     (tmp_path / "idx" / ".manifest.json.tmp-dead").write_text("{")   # a half-written manifest
     back = KnowledgeIndex.open(tmp_path / "idx", ENC)
     assert back.documents == ["fuji"]
@@ -330,10 +332,17 @@ def only_part(path: Path) -> Path:
     return part
 
 
+def array_span(part: Path, name: str) -> tuple[int, int]:
+    """Byte range of array `name` inside a part file."""
+    f = _arrayfile.ArrayFile(part, parts_module.PART_FORMAT, (parts_module.PART_VERSION,))
+    info = f._table[name]
+    return f._start + info["offset"], f._start + info["offset"] + info["bytes"]
+
+
 @pytest.mark.parametrize("which", ["part file", "vector file"])
 def test_truncated_part_file_fails_clearly(built, which):
-    if which == "part file":
-        f = only_part(built) / "node_text.bytes.bin"
+    if which == "part file":  # format 3: a part is one file
+        f = only_part(built)
     else:  # format 2: the vectors live in one append-only file per store
         f = built / "vectors" / json.loads((built / "manifest.json").read_text())["vectors"]["segment"]["file"]
     data = f.read_bytes()
@@ -345,30 +354,63 @@ def test_truncated_part_file_fails_clearly(built, which):
 
 
 def test_tampered_part_file_fails_clearly(built):
-    f = only_part(built) / "node_text.bytes.bin"
+    f = only_part(built)
+    lo, _ = array_span(f, "node_text.bytes")
     data = bytearray(f.read_bytes())
-    data[3] ^= 0x20
+    data[lo + 3] ^= 0x20  # ASCII letter case: still UTF-8, only the checksum can tell
     f.write_bytes(bytes(data))
-    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+    with pytest.raises(IndexFormatError, match="'node_text.bytes' checksum mismatch"):
         KnowledgeIndex.open(built)
+    KnowledgeIndex.open(built, verify=False)  # structure intact: only verify reads every byte
 
 
-def test_tampered_part_manifest_fails_clearly(built):
-    mf = only_part(built) / "manifest.json"
-    m = json.loads(mf.read_text())
-    m["n_docs"] = 2
-    mf.write_text(json.dumps(m))
-    with pytest.raises(IndexFormatError, match="part manifest checksum mismatch"):
-        KnowledgeIndex.open(built)
+def test_tampered_part_header_fails_clearly(built):
+    f = only_part(built)
+    data = f.read_bytes()
+    assert data.count(b'"n_docs":3') == 1
+    f.write_bytes(data.replace(b'"n_docs":3', b'"n_docs":2'))
+    for verify in (True, False):
+        with pytest.raises(IndexFormatError, match="header checksum mismatch"):
+            KnowledgeIndex.open(built, verify=verify)
+
+
+def test_part_string_that_is_not_utf8_fails_even_without_verify(built):
+    f = only_part(built)
+    lo, _ = array_span(f, "node_name.bytes")
+    data = bytearray(f.read_bytes())
+    data[lo] = 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="'node_name.bytes' is not UTF-8"):
+        KnowledgeIndex.open(built, verify=False)
+
+
+def _edit_part(i, **fields):
+    """A manifest edit of part entry `i` that keeps 'totals' the sums (so the part check runs)."""
+    def edit(m):
+        m["parts"][i].update(fields)
+        resum(m)
+    return edit
+
+
+def resum(m):
+    m["totals"] = {"documents": sum(p["documents"] for p in m["parts"]),
+                   **{k: sum(p["counts"][k] for p in m["parts"]) for k in m["parts"][0]["counts"]}}
 
 
 @pytest.mark.parametrize("edit, match", [
     (lambda m: m.update(version=99), "format version 99"),
     (lambda m: m.update(format="other"), "not a colgraph-kg-index manifest"),
-    (lambda m: m["documents"][0].update(part="p-missing"), "fields missing or inconsistent"),
-    (lambda m: m["documents"].append(dict(m["documents"][0])), "fields missing or inconsistent"),
-    (lambda m: m["documents"][0].update(nodes=1), "other counts"),
-    (lambda m: m["documents"].pop(), "holds other documents"),
+    (_edit_part(0, name="p-missing.part"), "part is missing"),
+    (_edit_part(0, name="../outside.part"), "not a plain file or folder name"),
+    (lambda m: (m["parts"].append(dict(m["parts"][0])), resum(m)), "a part is listed twice"),
+    (_edit_part(0, counts={**{k: 0 for k in ("nodes", "edges", "segments", "entities", "relations", "images",
+                                              "regions", "tables")}, "nodes": 1}), "other documents or counts"),
+    (_edit_part(0, documents=2), "other documents or counts"),
+    (_edit_part(0, sha256="0" * 64), "header checksum mismatch"),
+    (lambda m: m["parts"][0]["counts"].update(nodes=1), "'totals' are not the sums"),
+    (lambda m: m.update(parts={}), "field 'parts' missing or invalid"),
+    (lambda m: m.update(parts=[], totals={"documents": 0, **dict.fromkeys(m["totals"], 0)}),
+     "the manifest commits"),  # no parts, but committed vector rows nobody owns
     (lambda m: m.update(dims={"entity": "32"}), "fields missing or inconsistent"),
 ])
 def test_inconsistent_manifest_fails_clearly(built, edit, match):
@@ -389,7 +431,7 @@ def test_garbage_or_missing_manifest_fails_clearly(built, tmp_path):
 
 
 def test_missing_part_fails_clearly(built):
-    shutil.rmtree(only_part(built))
+    only_part(built).unlink()
     with pytest.raises(IndexFormatError, match="part is missing"):
         KnowledgeIndex.open(built)
 

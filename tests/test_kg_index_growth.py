@@ -16,11 +16,14 @@ import torch
 from colgraph_engine.graph import KnowledgeGraph, NodeKind
 from colgraph_engine.kg import DocumentInput, Encoders, IndexFormatError, KnowledgeIndex, build_document_graph
 from colgraph_engine.kg import index as index_module
+from colgraph_engine.kg.index import read_documents
 from colgraph_engine.pipeline import Pipeline
 
 from .test_kg_index import ENC, assert_same_index, small_docs
 
-FIXTURE_V1 = Path(__file__).parent / "fixtures" / "kg_index_v1"
+FIXTURES = {1: Path(__file__).parent / "fixtures" / "kg_index_v1",
+            2: Path(__file__).parent / "fixtures" / "kg_index_v2"}  # written by the format-2 writer (commit e14cad8)
+COUNTED = ("nodes", "edges", "segments", "entities", "relations", "images", "regions", "tables")
 CITIES = ["Tokyo", "Osaka", "Kyoto", "Nagoya", "Sapporo", "Kobe", "Sendai", "Nara"]
 
 
@@ -239,7 +242,7 @@ def test_a_failed_commit_keeps_the_previous_generation_and_the_next_writer_clean
     for f in (path / "vectors").iterdir():
         with open(f, "ab") as fh:
             fh.write(os.urandom(4 * 32 * 3))
-    shutil.copytree(next((path / "parts").iterdir()), path / "parts" / "p999999-orphan")
+    shutil.copyfile(next((path / "parts").iterdir()), path / "parts" / "p999999-orphan.part")
     back = KnowledgeIndex.open(path, ENC)             # readers ignore both
     assert_same_index(back, idx)
     back.add_documents(small_docs()[2:])               # the next writer cuts the tails and removes the part
@@ -284,17 +287,22 @@ def test_crafted_vector_entries_are_format_errors(tmp_path, edit):
         KnowledgeIndex.open(path)
 
 
-def test_version_1_directories_open_and_their_first_change_upgrades_them(tmp_path):
-    path = tmp_path / "v1"
-    shutil.copytree(FIXTURE_V1, path)
-    assert json.loads((path / "manifest.json").read_text())["version"] == 1
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_directories_open_and_their_first_change_upgrades_them(tmp_path, version):
+    path = tmp_path / f"v{version}"
+    shutil.copytree(FIXTURES[version], path)
+    assert json.loads((path / "manifest.json").read_text())["version"] == version
     old = KnowledgeIndex.open(path, ENC)
     scratch = KnowledgeIndex(ENC)
     scratch.add_documents(small_docs())
     assert_same_index(old, scratch)
+    assert read_documents(path) == [{"doc_id": d, "number": old.doc_number(d), "part": p,
+                                     "nodes": old.document(d).n_nodes, "edges": old.document(d).n_edges,
+                                     "counts": {k: old.document(d).counts[k] for k in COUNTED}}
+                                    for d, p in zip(old.documents, [e.part for e in old._docs.values()])]
     old.add_documents([city_doc(0)])
-    assert json.loads((path / "manifest.json").read_text())["version"] == 2
-    assert not any(p.name.endswith("values.bin") for p in (path / "parts").rglob("*"))  # no version-1 part left
+    assert json.loads((path / "manifest.json").read_text())["version"] == 3
+    assert all(p.is_file() and p.suffix == ".part" for p in (path / "parts").iterdir())  # no part folder left
     scratch.add_documents([city_doc(0)])
     for a in (old, KnowledgeIndex.open(path, ENC)):
         assert_same_index(a, scratch)

@@ -240,7 +240,7 @@ def test_a_commit_keeps_old_parts_while_a_reader_holds_the_index(tmp_path):
     with index_module._readers_lock(path, exclusive=False, wait=True) as held:
         assert held
         idx.remove_document("d0")
-        assert (path / "parts" / first).is_dir()  # a reader of the old manifest may still need it
+        assert (path / "parts" / first).is_file()  # a reader of the old manifest may still need it
     idx.add_documents([_small_doc(1)])
     assert not (path / "parts" / first).exists()
 
@@ -252,12 +252,9 @@ def _index_pointing_at(tmp_path, name_of):
     KnowledgeIndex.create(a, ENC)
     o = KnowledgeIndex.create(other, ENC)
     o.add_documents([_small_doc(0)])
-    ((p, h),) = o._parts.items()
+    (p,) = o._parts
     m = json.loads((other / "manifest.json").read_text())
-    name = name_of(other, p)
-    m["parts"] = {name: h}
-    for d in m["documents"]:
-        d["part"] = name
+    m["parts"][0]["name"] = name_of(other, p)
     (a / "manifest.json").write_text(json.dumps(m))
     (a / "parts").mkdir(exist_ok=True)
     return a
@@ -272,7 +269,7 @@ def _index_pointing_at(tmp_path, name_of):
     lambda other, p: f"{p}\\..",
 ], ids=["dotdot", "absolute", "inner-dotdot", "parent", "hidden", "backslash"])
 def test_part_names_that_are_not_plain_names_are_refused_by_the_manifest_reader(tmp_path, name_of):
-    with pytest.raises(IndexFormatError, match="plain folder name"):
+    with pytest.raises(IndexFormatError, match="plain file or folder name"):
         KnowledgeIndex.open(_index_pointing_at(tmp_path, name_of))
 
 

@@ -1,52 +1,65 @@
 """The knowledge index: every document's graph and vectors, in memory and in one directory.
 
-Directory layout (format version 2)::
+Directory layout (format version 3)::
 
     index/
       manifest.json          format, version, generation, encoders (name, dim), vector dtype,
-                             documents (id, number, part, counts) in store order, parts (sha256
-                             of each part's manifest), vectors (per store: file name, committed
-                             rows), totals
-      parts/<name>/          one batch of whole documents (see kg/parts.py): graph columns,
-                             attribute strings and item tables, each file sha256-checked, and per
-                             store the row count and sha256 of the rows its documents own
+                             next document number, parts (in document order: file name, sha256 of
+                             its header, document count, counts by kind), vectors (per store: file
+                             name, committed rows), totals (the parts' sums)
+      parts/<name>.part      one batch of whole documents in ONE file (see kg/parts.py): graph
+                             columns, UTF-8 string blobs and item tables behind a header that holds
+                             each array's sha256, and per store the row count and sha256 of the rows
+                             its documents own
       vectors/<store>.<tag>.bin
                              one append-only file of raw rows ``[T, d]`` per store: the rows of
-                             every document in the order of the manifest's document list
+                             every document in document order (the parts' order, then each part's)
 
-Each part's documents are one contiguous run of the document list, so each part owns one
-contiguous row range of every vector file; the range's sha256 sits in the part's manifest (whose
+Each part's documents are one contiguous run of the document order, so each part owns one
+contiguous row range of every vector file; the range's sha256 sits in the part's header (whose
 own sha256 sits in the index manifest): a chain of checksums from the manifest to every byte.
 Only the first ``rows`` rows of a vector file are committed; bytes past them are the leftovers of
-an interrupted append, ignored by readers and cut off by the next writer.
+an interrupted append, ignored by readers and cut off by the next writer. The manifest lists
+parts, not documents (document ids, numbers and per-document columns live in the parts): a commit
+rewrites a manifest whose size grows with the number of parts, not of documents.
 
 ``manifest.json`` is the commit point. Adding documents appends their rows to the vector files
-(fsync) and writes a new part (atomically: temporary folder, fsync, rename); removing one writes
-new, compacted vector files for the stores it had rows in (a new tag, never the file a reader maps)
-and a new part for the documents that shared its part. Then the change replaces the manifest (temporary file, fsync, ``os.replace``, fsync
-of the folder), and only then deletes parts the new manifest no longer names. A crash at any
-point leaves either the previous or the new manifest, and every part that manifest names is
-complete; parts and vector files no manifest names are removed by the next change. Writers take an exclusive
+and writes a new part file under a name no manifest lists yet; the appended files and the part
+are fsync'ed together (concurrently), then the parts folder; then the change replaces the manifest
+(temporary file, fsync, ``os.replace``, fsync of the folder): a constant number of fsyncs per
+commit (one per store that got rows, plus four), however many documents and arrays. Removing one
+writes new, compacted vector files for the stores it had rows in (a new tag, never the file a
+reader maps) and a new part for the documents that shared its part, in that part's place of the
+order. Only after the manifest is replaced are parts the new manifest no longer names deleted. A
+crash at any point leaves either the previous or the new manifest, and every part that manifest
+names is complete; parts and vector files no manifest names are removed by the next change.
+Writers take an exclusive
 lock on ``.lock`` (``flock``) for the whole change, and a change is refused with
 :class:`IndexConflictError` when another writer holds it or when the manifest's generation is
 not the one this object read (someone else committed since): nothing is overwritten unseen.
 
 Readers (:meth:`KnowledgeIndex.open`) hold a shared ``flock`` on the index folder itself while
 they read the manifest and then its parts, so they see one committed generation whole. Vector
-files are memory-mapped, never read whole: pages load on first touch, and a mapping stays valid
-after a later commit deletes the file (POSIX keeps it alive) or appends to it (rows past the
-mapped ones are never looked at). A writer deletes the parts and vector files its new manifest
-no longer names only when it can take that lock exclusively
+files and part files are memory-mapped, never read whole: pages load on first touch, and a mapping
+stays valid after a later commit deletes the file (POSIX keeps it alive) or appends to it (rows
+past the mapped ones are never looked at). Strings stay UTF-8 in the mapped part
+(:class:`~colgraph_engine.kg.strings.StringColumn`, decoded when read) and a document's graph is
+cut out of its part's columns when asked for, so an open index holds no per-document objects
+beyond a small entry. A writer deletes the parts and vector files its new manifest no longer names
+only when it can take that lock exclusively
 without waiting; while a reader holds it, the old parts stay (a later commit removes them), and a
 writer never waits for readers. Where the file system has no ``flock``, a reader whose parts
 vanish retries with the new manifest when its generation changed.
 
-The manifest is untrusted input: part names must be plain folder names (letters, digits,
-``._-``, not starting with a dot: no separators, no ``..``, not absolute), document numbers stay
-below 2^31, counts are bounded, vector file names are ``<store>.<hex tag>.bin`` and a vector
-file must hold at least its committed rows; anything else raises :class:`IndexFormatError`.
-Version-1 directories (vectors inside the parts) are read into memory as before; the first change
-rewrites such a directory as version 2 (one commit of the same contents) before applying itself.
+The manifest is untrusted input: part names must be plain file names (letters, digits,
+``._-``, not starting with a dot: no separators, no ``..``, not absolute) listed once, a part's
+header must have the sha256 the manifest lists and its document count and counts must match,
+document ids and numbers must be unique (numbers below 2^31), counts are bounded and the totals
+are their sums, vector file names are ``<store>.<hex tag>.bin`` and a vector file must hold at
+least its committed rows; anything else raises :class:`IndexFormatError`. Version-1 directories
+(vectors inside the parts) and version-2 directories (a folder of array files per part, every
+document listed in the manifest) are read as before; the first change rewrites such a directory
+as version 3 (one commit of the same contents) before applying itself.
 
 In memory, the documents' graphs are kept per document and the vectors in one
 :class:`~colgraph_engine.store.PackedStore` per store (over the mapped file when the index has a
@@ -73,7 +86,8 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,12 +101,12 @@ from ..graph.knowledge_graph import KnowledgeGraph, normalize_name
 from ..packed import check_finite
 from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
 from .document import DocumentGraph, DocumentInput, build_document_graph
-from .parts import StoredDocument, disk_rows, part_version, read_part, write_part
+from .parts import MappedPart, StoredDocument, disk_rows, part_version, read_part, write_part_file
 from .vectors import STORES, Encoders, ItemVectors, encode_document
 
 INDEX_FORMAT = "colgraph-kg-index"
-INDEX_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+INDEX_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 UID_SHIFT = 32
 MAX_DOC_NUMBER = 2**31 - 1
 
@@ -103,12 +117,21 @@ class IndexConflictError(RuntimeError):
     """Another writer holds the index, or changed it since this object read it (reopen it)."""
 
 
-@dataclass
 class _Entry:
-    number: int
-    graph: DocumentGraph
-    part: str
-    counts: dict | None = None
+    """A document in memory: its number, the part that holds it on disk, and its graph: held
+    (added by this process, or read from a version-1/2 part) or, for a document of a mapped
+    version-3 part (`source`, at position `pos`), cut out of the part's columns on each use, so
+    an open index keeps no per-document arrays or strings."""
+
+    __slots__ = ("number", "part", "_graph", "source", "pos")
+
+    def __init__(self, number: int, part: str, graph: DocumentGraph | None = None, source: MappedPart | None = None,
+                 pos: int = 0):
+        self.number, self.part, self._graph, self.source, self.pos = number, part, graph, source, pos
+
+    @property
+    def graph(self) -> DocumentGraph:
+        return self._graph if self._graph is not None else self.source.document(self.pos)
 
 
 class _Column:
@@ -193,7 +216,10 @@ class KnowledgeIndex:
         self._assembly: _Assembly | None = None
         self.path: Path | None = None
         self._generation = 0
-        self._parts: dict[str, str] = {}  # part name -> sha256 of its manifest
+        # version 3: part file name -> {"sha256" (of its header), "documents", "counts"}, in document
+        # order; an opened version-1/2 directory: part folder name -> sha256 of its manifest
+        self._parts: dict[str, dict | str] = {}
+        self._totals = dict.fromkeys(_COUNTED, 0)  # summed over the documents
         self._vectors: dict[str, dict] = {}  # store -> {"file": name in vectors/, "rows": committed rows}
         self._disk_version = INDEX_VERSION  # of the directory's committed manifest
         self._changes = 0
@@ -222,7 +248,7 @@ class KnowledgeIndex:
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
         with index._writer(check_generation=False):
-            index._commit({}, {}, vectors=index._new_vector_files({s: None for s in index.dims}))
+            index._commit({}, vectors=index._new_vector_files({s: None for s in index.dims}))
         return index
 
     @classmethod
@@ -245,7 +271,7 @@ class KnowledgeIndex:
         for attempt in range(_OPEN_ATTEMPTS):
             with _readers_lock(path, exclusive=False, wait=True) as locked:
                 stat = _stat_key(path / "manifest.json")
-                m = _read_manifest(path)
+                m = _load_manifest(path)
                 try:
                     index = cls._open_manifest(path, m, encoders, verify=verify, progress=progress)
                     index._manifest_stat = stat if _stat_key(path / "manifest.json") == stat else None
@@ -269,7 +295,10 @@ class KnowledgeIndex:
         index._generation = m["generation"]
         index._next_number = m["next_doc_number"]
         index._disk_version = m["version"]
-        if m["version"] != 1:
+        if m["version"] == 3:
+            index._open_parts(m, verify=verify, progress=progress)
+            return index
+        if m["version"] == 2:
             index._open_mapped(m, verify=verify, progress=progress)
             return index
         by_part: dict[str, list[dict]] = {}
@@ -395,6 +424,7 @@ class KnowledgeIndex:
             if ids.size:
                 self.stores[store].delete(torch.from_numpy(ids))
                 self.stores[store].compact()
+        _add_counts(self._totals, entry.graph.counts, -1)
         del self._docs[doc_id]
         self._assembly = None
         self._changes += 1
@@ -487,11 +517,7 @@ class KnowledgeIndex:
 
     @property
     def counts(self) -> dict[str, int]:
-        totals: dict[str, int] = {"documents": len(self._docs)}
-        for e in self._docs.values():
-            for k, v in e.graph.counts.items():
-                if k not in ("errors", "warnings"):
-                    totals[k] = totals.get(k, 0) + v
+        totals: dict[str, int] = {"documents": len(self._docs), **self._totals}
         for s, store in self.stores.items():
             totals[f"{s}_vectors"] = len(store)
         return totals
@@ -537,7 +563,8 @@ class KnowledgeIndex:
             else:
                 self.stores[store].add((torch.cat([d.vectors[store].values for d in have]), offsets), ids=uids)
         for d, part in zip(docs, parts):
-            self._docs[d.graph.doc_id] = _Entry(d.number, d.graph, part)
+            self._docs[d.graph.doc_id] = _Entry(d.number, part, d.graph)
+            _add_counts(self._totals, d.graph.counts)
             self._next_number = max(self._next_number, d.number + 1)
         if self._assembly is not None:
             self._append_to_assembly(self._assembly, [(d.number, d.graph) for d in docs])
@@ -599,7 +626,7 @@ class KnowledgeIndex:
                 # commit is the same generation, so the O(documents) read is needed only when it changed
                 seen = self._manifest_stat
                 on_disk = self._generation if seen is not None and seen == _stat_key(self.path / "manifest.json") \
-                    else _read_manifest(self.path)["generation"]
+                    else _load_manifest(self.path)["generation"]
                 if on_disk != self._generation:
                     raise IndexConflictError(f"{self.path}: changed on disk since it was read (generation {on_disk}, "
                                              f"this index has {self._generation}); open it again")
@@ -607,59 +634,50 @@ class KnowledgeIndex:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _write_part(self, docs: list[StoredDocument], row_sha256: dict[str, str]) -> str:
-        name = f"p{self._generation + 1:06d}-{uuid.uuid4().hex[:8]}"
-        write_part(self.path / "parts" / name, docs, self.dims, self.dtype, row_sha256)
-        return name
+    def _write_part(self, docs: list[StoredDocument], row_sha256: dict[str, str], *,
+                    fsync: bool = True) -> tuple[str, dict]:
+        """Writes `docs` as a new part file (``fsync=False``: the caller fsyncs it and the parts
+        folder); returns its name and manifest entry."""
+        folder = self.path / "parts"
+        if not folder.is_dir():
+            folder.mkdir()
+            _atomic.fsync_dir(self.path)
+        name = f"p{self._generation + 1:06d}-{uuid.uuid4().hex[:8]}.part"
+        sha = write_part_file(folder / name, docs, self.dims, self.dtype, row_sha256, fsync=fsync)
+        counts = dict.fromkeys(_COUNTED, 0)
+        for d in docs:
+            _add_counts(counts, d.graph.counts)
+        if fsync:
+            _atomic.fsync_dir(folder)
+        return name, {"sha256": sha, "documents": len(docs), "counts": counts}
 
-    def _commit(self, written: dict[str, list[StoredDocument]], dropped: dict[str, None], *,
-                removed: Iterable[str] = (), vectors: dict[str, dict] | None = None,
-                order: list[str] | None = None) -> None:
-        """Replaces the manifest with one that adds `written` parts and drops `dropped` parts
-        (and the documents in `removed`), with vector files `vectors` (default: unchanged) and
-        documents in `order` (default: kept, new ones last), then deletes the parts and vector
-        files no manifest names."""
+    def _commit(self, parts: dict[str, dict], *, vectors: dict[str, dict] | None = None,
+                next_number: int | None = None) -> None:
+        """Replaces the manifest with one that lists `parts` (name -> entry, in document order)
+        and vector files `vectors` (default: unchanged), then deletes the parts and vector files
+        no manifest names. The manifest lists parts, not documents: its size grows with the
+        number of commits that added parts, not with the documents in them."""
         vectors = self._vectors if vectors is None else vectors
-        removed = set(removed)
-        parts = {p: h for p, h in self._parts.items() if p not in dropped}
-        for p in written:
-            parts[p] = _part_sha(self.path / "parts" / p)
-        moved = {s.graph.doc_id: p for p, docs in written.items() for s in docs}
-        documents = []
-        for doc_id, e in self._docs.items():
-            if doc_id in removed:
-                continue
-            g = e.graph
-            documents.append({"doc_id": doc_id, "number": e.number, "part": moved.get(doc_id, e.part),
-                              "nodes": g.n_nodes, "edges": g.n_edges, "counts": _kind_counts(g, e)})
-        for p, docs in written.items():
-            for s in docs:
-                if s.graph.doc_id not in self._docs:
-                    documents.append({"doc_id": s.graph.doc_id, "number": s.number, "part": p,
-                                      "nodes": s.graph.n_nodes, "edges": s.graph.n_edges,
-                                      "counts": _kind_counts(s.graph)})
-        if order is not None:
-            at = {doc_id: i for i, doc_id in enumerate(order)}
-            documents.sort(key=lambda d: at[d["doc_id"]])
-        next_number = max([self._next_number] + [d["number"] + 1 for d in documents])
+        next_number = self._next_number if next_number is None else next_number
+        totals = dict.fromkeys(_COUNTED, 0)
+        for e in parts.values():
+            _add_counts(totals, e["counts"])
         manifest = {
             "format": INDEX_FORMAT, "version": INDEX_VERSION, "generation": self._generation + 1,
             "dtype": _DTYPE_NAMES[self.dtype], "dims": self.dims, "encoders": self.encoder_info,
-            "next_doc_number": next_number, "documents": documents, "parts": parts, "vectors": vectors,
-            "totals": {"documents": len(documents),
-                       **{k: sum(d["counts"][k] for d in documents) for k in _COUNTED}},
+            "next_doc_number": next_number, "parts": [{"name": n, **e} for n, e in parts.items()],
+            "vectors": vectors, "totals": {"documents": sum(e["documents"] for e in parts.values()), **totals},
         }
-        # compact JSON: the manifest is rewritten by every change and lists every document
         _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True))
         self._manifest_stat = _stat_key(self.path / "manifest.json")
         self._generation += 1
-        self._parts = parts
+        self._parts = dict(parts)
         self._vectors = {s: dict(v) for s, v in vectors.items()}
         self._disk_version = INDEX_VERSION
         self._next_number = next_number
         with _readers_lock(self.path, exclusive=True, wait=False) as locked:
             if locked:  # no reader can still be reading an older manifest's parts or files
-                _remove_unlisted_parts(self.path, parts)
+                _remove_unlisted_parts(self.path, self._parts)
                 _remove_unlisted_vectors(self.path, self._vectors)
 
     def _assemble(self) -> _Assembly:
@@ -670,25 +688,23 @@ class KnowledgeIndex:
     def _reassemble(self) -> _Assembly:
         """The merged graph built from every document at once (concatenated columns, one
         ``from_arrays``, aliases from every entity name): what each change cost before the
-        graph grew in place, kept for removals and as the benchmark's baseline."""
-        entries = list(self._docs.values())
-        graphs = [e.graph for e in entries]
-        n_nodes = [g.n_nodes for g in graphs]
-        node_offsets = np.zeros(len(graphs) + 1, np.int64)
-        np.cumsum(n_nodes, out=node_offsets[1:])
-        edge_offsets = np.zeros(len(graphs) + 1, np.int64)
-        np.cumsum([g.n_edges for g in graphs], out=edge_offsets[1:])
+        graph grew in place, kept for removals and as the benchmark's baseline. Consecutive
+        documents of one mapped part contribute the part's columns in one slice each."""
+        blocks = list(_column_blocks(list(self._docs.values())))
 
         def cat(name, dtype):
-            return np.concatenate([getattr(g, name) for g in graphs]).astype(dtype) if graphs else np.zeros(0, dtype)
+            return np.concatenate([b[name] for b in blocks]).astype(dtype) if blocks else np.zeros(0, dtype)
 
-        shift_nodes = np.repeat(node_offsets[:-1], [g.n_edges for g in graphs])
-        numbers = np.asarray([e.number for e in entries], np.int64)
+        n_nodes, n_edges, numbers = cat("n_nodes", np.int64), cat("n_edges", np.int64), cat("numbers", np.int64)
+        node_offsets = np.zeros(n_nodes.size + 1, np.int64)
+        np.cumsum(n_nodes, out=node_offsets[1:])
+        edge_offsets = np.zeros(n_edges.size + 1, np.int64)
+        np.cumsum(n_edges, out=edge_offsets[1:])
+        shift_nodes = np.repeat(node_offsets[:-1], n_edges)
         node_doc = np.repeat(numbers, n_nodes)
-        local_nodes = np.concatenate([np.arange(k, dtype=np.int64) for k in n_nodes]) if graphs else np.zeros(0, np.int64)
-        local_edges = np.concatenate([np.arange(g.n_edges, dtype=np.int64) for g in graphs]) if graphs \
-            else np.zeros(0, np.int64)
-        names = [s for g in graphs for s in g.node_name]
+        local_nodes = np.arange(node_offsets[-1], dtype=np.int64) - np.repeat(node_offsets[:-1], n_nodes)
+        local_edges = np.arange(edge_offsets[-1], dtype=np.int64) - np.repeat(edge_offsets[:-1], n_edges)
+        names = [s for b in blocks for s in b["names"]]
         node_kind = cat("node_kind", np.uint8)
         graph = KnowledgeGraph.from_arrays(
             node_kind, node_doc, cat("edge_src", np.int64) + shift_nodes,
@@ -699,7 +715,7 @@ class KnowledgeIndex:
         graph.set_aliases(alias_of.array)
         return _Assembly(graph, list(self._docs), _Column(node_offsets), _Column(edge_offsets),
                          _Column(make_uid(node_doc, local_nodes)),
-                         _Column(make_uid(np.repeat(numbers, [g.n_edges for g in graphs]), local_edges)),
+                         _Column(make_uid(np.repeat(numbers, n_edges), local_edges)),
                          alias_of, keys)
 
     @staticmethod
@@ -775,15 +791,7 @@ class KnowledgeIndex:
         if len({p for p, _ in runs}) != len(runs) or set(m["parts"]) != {p for p, _ in runs}:
             raise IndexFormatError(f"{path / 'manifest.json'}: a part's documents must form one run of the document "
                                    f"list, and every part must hold documents")
-        files = {}
-        for store in dims:
-            f = self._vector_path(store)
-            want = self._vectors[store]["rows"] * self._row_bytes(store)
-            size = f.stat().st_size if f.is_file() else None
-            if size is None or size < want:
-                raise IndexFormatError(f"{f}: {size or 0} bytes on disk, expected at least {want} "
-                                       f"(missing or truncated vector file)")
-            files[store] = f
+        files = self._check_vector_files()
         row = {s: 0 for s in dims}
         items: dict[str, list] = {s: [] for s in dims}
         for part, listed in tqdm(runs, desc="loading parts", disable=not progress):
@@ -813,22 +821,82 @@ class KnowledgeIndex:
                 for stored in docs:
                     v = stored.vectors.get(store)
                     if v is not None:
-                        items[store].append((make_uid(stored.number, v.local), v.offsets.diff()))
+                        items[store].append((make_uid(stored.number, v.local), v.offsets.diff().numpy()))
             for stored in docs:
-                self._docs[stored.graph.doc_id] = _Entry(stored.number, stored.graph, part)
-        for store in dims:
+                self._docs[stored.graph.doc_id] = _Entry(stored.number, part, stored.graph)
+                _add_counts(self._totals, stored.graph.counts)
+        self._wrap_stores(files, row, items)
+        self._parts = dict(m["parts"])
+
+    def _check_vector_files(self) -> dict[str, Path]:
+        files = {}
+        for store in self.dims:
+            f = self._vector_path(store)
+            want = self._vectors[store]["rows"] * self._row_bytes(store)
+            size = f.stat().st_size if f.is_file() else None
+            if size is None or size < want:
+                raise IndexFormatError(f"{f}: {size or 0} bytes on disk, expected at least {want} "
+                                       f"(missing or truncated vector file)")
+            files[store] = f
+        return files
+
+    def _open_parts(self, m: dict, *, verify: bool, progress: bool) -> None:
+        """Loads a version-3 manifest `m`: each part file mapped (:class:`MappedPart`: columns
+        and strings stay in the file's pages, documents are cut out on use), item tables per part
+        (no per-document work), vectors mapped. Every part's header checksum, document count and
+        counts must match the manifest; document ids and numbers must be unique."""
+        path, dims = self.path, self.dims
+        self._vectors = {s: dict(v) for s, v in m["vectors"].items()}
+        files = self._check_vector_files()
+        row = {s: 0 for s in dims}
+        items: dict[str, list] = {s: [] for s in dims}
+        numbers: set[int] = set()
+        for entry in tqdm(m["parts"], desc="loading parts", disable=not progress):
+            name = entry["name"]
+            ppath = path / "parts" / name
+            if not ppath.is_file():
+                raise IndexFormatError(f"{ppath}: part is missing (the manifest lists it)")
+            part = MappedPart(ppath, dims, self.dtype, header_sha256=entry["sha256"], verify=verify)
+            if part.n_docs != entry["documents"] or part.counts() != entry["counts"]:
+                raise IndexFormatError(f"{ppath}: holds other documents or counts than the manifest lists")
+            nums = part.numbers.tolist()
+            if max(nums, default=-1) >= m["next_doc_number"] or numbers.intersection(nums):
+                raise IndexFormatError(f"{ppath}: document numbers repeat or reach next_doc_number")
+            numbers.update(nums)
+            for store, (tokens, sha) in part.rows.items():
+                lo = row[store]
+                row[store] += tokens
+                if row[store] > self._vectors[store]["rows"]:
+                    raise IndexFormatError(f"{files[store]}: the parts own more rows than the manifest commits")
+                if verify and _sha_rows(files[store], lo, tokens, self._row_bytes(store)) != sha:
+                    raise IndexFormatError(f"{files[store]}: checksum mismatch in the rows of part {name} "
+                                           f"(file changed after it was written)")
+                voff, local, doc_items = part.items[store]
+                if local.size:
+                    items[store].append((make_uid(np.repeat(part.numbers, np.diff(doc_items)), local), np.diff(voff)))
+            for i, doc_id in enumerate(part.doc_ids):
+                if doc_id in self._docs:
+                    raise IndexFormatError(f"{ppath}: document {doc_id!r} is in two parts")
+                self._docs[doc_id] = _Entry(nums[i], name, source=part, pos=i)
+            self._parts[name] = {k: entry[k] for k in ("sha256", "documents", "counts")}
+            _add_counts(self._totals, entry["counts"])
+        self._wrap_stores(files, row, items)
+
+    def _wrap_stores(self, files: dict[str, Path], row: dict[str, int], items: dict[str, list]) -> None:
+        """Stores over the mapped vector files from per-part ``(uids [k], lengths [k])`` tables."""
+        for store in self.dims:
             if row[store] != self._vectors[store]["rows"]:
                 raise IndexFormatError(f"{files[store]}: the manifest commits {self._vectors[store]['rows']} rows, "
                                        f"the parts own {row[store]}")
             uids = np.concatenate([u for u, _ in items[store]]) if items[store] else np.zeros(0, np.int64)
-            lengths = torch.cat([n for _, n in items[store]]) if items[store] else torch.zeros(0, dtype=torch.int64)
-            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
-            torch.cumsum(lengths, 0, out=offsets[1:])
+            lengths = np.concatenate([n for _, n in items[store]]) if items[store] else np.zeros(0, np.int64)
+            offsets = np.zeros(lengths.size + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
             try:
-                self.stores[store] = PackedStore.wrap(self._map_store(store), offsets, torch.from_numpy(uids))
+                self.stores[store] = PackedStore.wrap(self._map_store(store), torch.from_numpy(offsets),
+                                                      torch.from_numpy(uids))
             except ValueError as exc:
                 raise IndexFormatError(f"{files[store]}: {exc}") from None
-        self._parts = dict(m["parts"])
 
     def _rewrite_all(self) -> None:
         """Commits every document as one part with fresh vector files (writer lock held): what
@@ -843,16 +911,16 @@ class KnowledgeIndex:
         try:
             shas = {s: hashlib.sha256(memoryview(r).cast("B")).hexdigest() if r.size else _EMPTY_SHA
                     for s, r in rows.items()}
-            written = {}
+            parts = {}
             if docs:
-                part = self._write_part(docs, shas)
-                written[part] = docs
-            self._commit(written, dict.fromkeys(self._parts), vectors=vectors)
+                part, entry = self._write_part(docs, shas)
+                parts[part] = entry
+            self._commit(parts, vectors=vectors, next_number=self._next_number)
         except BaseException:
             for v in vectors.values():
                 (self.path / "vectors" / v["file"]).unlink(missing_ok=True)
             if part:
-                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+                (self.path / "parts" / part).unlink(missing_ok=True)
             raise
         del rows
         for doc_id in self._docs:
@@ -862,29 +930,42 @@ class KnowledgeIndex:
         self._changes += 1
 
     def _append_committed(self, stored: list[StoredDocument]) -> str:
-        """Appends the documents' rows to the vector files, writes their part and commits
-        (writer lock held); returns the part's name. On failure, cuts the files back to their
-        committed rows and removes the part (a crash leaves both to the next writer)."""
+        """Appends the documents' rows to the vector files, writes their part file and commits
+        (writer lock held); returns the part's name. The appended vector files and the part file
+        are fsync'ed together (concurrently), then the parts folder, then the manifest and the
+        index folder: a constant number of fsyncs per commit, however many documents and
+        arrays. On failure, cuts the files back to their committed rows and removes the part (a
+        crash leaves both to the next writer)."""
         rows = {s: disk_rows(stored, s, d, self.dtype) for s, d in self.dims.items()}
-        appended = {}
+        appended, files = {}, []
         part = ""
         try:
             for store, data in rows.items():
-                appended[store] = self._vectors[store]["rows"]
-                _append_rows(self._vector_path(store), appended[store] * self._row_bytes(store), data)
+                committed = self._vectors[store]["rows"] * self._row_bytes(store)
+                f = _append_rows(self._vector_path(store), committed, data)
+                if f is not None:
+                    appended[store] = committed
+                    files.append(f)
             shas = {s: hashlib.sha256(memoryview(r).cast("B")).hexdigest() if r.size else _EMPTY_SHA
                     for s, r in rows.items()}
-            part = self._write_part(stored, shas)
+            part, entry = self._write_part(stored, shas, fsync=False)
+            files.append(open(self.path / "parts" / part, "rb"))
+            _fsync_all([f.fileno() for f in files])
+            _atomic.fsync_dir(self.path / "parts")
             vectors = {s: {"file": v["file"], "rows": v["rows"] + int(rows[s].shape[0])}
                        for s, v in self._vectors.items()}
-            self._commit({part: stored}, {}, vectors=vectors)
+            self._commit({**self._parts, part: entry}, vectors=vectors,
+                         next_number=max([self._next_number] + [d.number + 1 for d in stored]))
         except BaseException:
             if part:
-                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+                (self.path / "parts" / part).unlink(missing_ok=True)
             for store, committed in appended.items():
                 with contextlib.suppress(OSError):
-                    os.truncate(self._vector_path(store), committed * self._row_bytes(store))
+                    os.truncate(self._vector_path(store), committed)
             raise
+        finally:
+            for f in files:
+                f.close()
         return part
 
     def _remove_committed(self, doc_id: str) -> None:
@@ -913,7 +994,7 @@ class KnowledgeIndex:
                 vectors[store] = {"file": name, "rows": self._vectors[store]["rows"] - (hi - lo)}
             if new_files:
                 _atomic.fsync_dir(folder)
-            written = {}
+            parts = {}
             if kept:
                 shas = {}
                 for store in self.dims:
@@ -926,12 +1007,16 @@ class KnowledgeIndex:
                     if store in cut:
                         hi -= cut[store][3] - cut[store][2]
                     shas[store] = _sha_rows(folder / vectors[store]["file"], lo, hi - lo, self._row_bytes(store))
-                part = self._write_part(kept, shas)
-                written[part] = kept
-            self._commit(written, {entry.part: None}, removed={doc_id}, vectors=vectors)
+                part, part_entry = self._write_part(kept, shas)
+            for name, e in self._parts.items():  # the new part takes the old one's place (document order)
+                if name != entry.part:
+                    parts[name] = e
+                elif part:
+                    parts[part] = part_entry
+            self._commit(parts, vectors=vectors)
         except BaseException:
             if part:
-                shutil.rmtree(self.path / "parts" / part, ignore_errors=True)
+                (self.path / "parts" / part).unlink(missing_ok=True)
             for name in new_files.values():
                 (self.path / "vectors" / name).unlink(missing_ok=True)
             raise
@@ -941,11 +1026,41 @@ class KnowledgeIndex:
             off, ids = st.offsets, st.ids
             offsets = torch.cat([off[:first + 1], off[last + 1:] - (hi - lo)])
             self.stores[store] = PackedStore.wrap(self._map_store(store), offsets, torch.cat([ids[:first], ids[last:]]))
+        _add_counts(self._totals, entry.graph.counts, -1)
         del self._docs[doc_id]
         for d in siblings:
             self._docs[d].part = part
         self._assembly = None
         self._changes += 1
+
+
+_BLOCK_COLUMNS = ("node_kind", "node_weight", "edge_src", "edge_dst", "edge_kind", "edge_weight")
+
+
+def _column_blocks(entries: list[_Entry]):
+    """The columns the merged graph needs, for consecutive documents at a time: a run of one
+    mapped part's consecutive documents gives one slice of each of the part's columns; a held
+    graph gives its own. Yields dicts with ``n_nodes``/``n_edges``/``numbers`` (``[r]`` per
+    document), the columns and ``names`` (node names, a sequence)."""
+    i = 0
+    while i < len(entries):
+        e = entries[i]
+        if e._graph is not None:
+            g = e._graph
+            yield {"n_nodes": [g.n_nodes], "n_edges": [g.n_edges], "numbers": [e.number], "names": g.node_name,
+                   **{c: getattr(g, c) for c in _BLOCK_COLUMNS}}
+            i += 1
+            continue
+        j = i + 1
+        while j < len(entries) and entries[j]._graph is None and entries[j].source is e.source \
+                and entries[j].pos == entries[j - 1].pos + 1:
+            j += 1
+        p, a, b = e.source, e.pos, entries[j - 1].pos + 1
+        na, nb, ea, eb = int(p.doc_nodes[a]), int(p.doc_nodes[b]), int(p.doc_edges[a]), int(p.doc_edges[b])
+        yield {"n_nodes": np.diff(p.doc_nodes[a:b + 1]), "n_edges": np.diff(p.doc_edges[a:b + 1]),
+               "numbers": p.numbers[a:b], "names": p.node_name[na:nb],
+               **{c: getattr(p, c)[na:nb] if c.startswith("node") else getattr(p, c)[ea:eb] for c in _BLOCK_COLUMNS}}
+        i = j
 
 
 def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names: list[str], first: int) -> bool:
@@ -973,15 +1088,11 @@ def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names:
 _COUNTED = ("nodes", "edges", "segments", "entities", "relations", "images", "regions", "tables")
 
 
-def _kind_counts(g: DocumentGraph, entry: _Entry | None = None) -> dict[str, int]:
-    """The document's counts for the manifest (kept on its entry: every commit lists them all)."""
-    if entry is not None and entry.counts is not None:
-        return entry.counts
-    c = g.counts
-    counts = {k: c[k] for k in _COUNTED}
-    if entry is not None:
-        entry.counts = counts
-    return counts
+def _add_counts(totals: dict[str, int], counts: dict[str, int], sign: int = 1) -> dict[str, int]:
+    """Adds (``sign=-1``: subtracts) a document's or part's `counts` to `totals` in place."""
+    for k in _COUNTED:
+        totals[k] += sign * counts[k]
+    return totals
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -1027,7 +1138,7 @@ def _stat_key(path: Path) -> tuple | None:
 
 def _generation_on_disk(path: Path):
     try:
-        return _read_manifest(path)["generation"]
+        return _load_manifest(path)["generation"]
     except (IndexFormatError, OSError):
         return None
 
@@ -1086,16 +1197,36 @@ def _map_rows(path: Path, rows: int, dim: int, dtype: torch.dtype) -> torch.Tens
     return values.view(dtype) if dtype == torch.bfloat16 else values
 
 
-def _append_rows(path: Path, committed_bytes: int, data: np.ndarray) -> None:
-    """Cuts `path` back to its committed bytes (leftovers of an interrupted append), appends
-    `data` and fsyncs."""
-    with open(path, "r+b") as f:
-        f.truncate(committed_bytes)
+def _append_rows(path: Path, committed_bytes: int, data: np.ndarray):
+    """Cuts `path` back to its committed bytes (leftovers of an interrupted append; readers never
+    look past them) and appends `data`. Returns the open file for the caller to fsync and close,
+    or None when there was nothing to append (no fsync needed)."""
+    f = open(path, "r+b")
+    try:
+        if os.fstat(f.fileno()).st_size != committed_bytes:
+            f.truncate(committed_bytes)
+        if not data.size:
+            f.close()
+            return None
         f.seek(committed_bytes)
-        if data.size:
-            f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+        f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
         f.flush()
-        os.fsync(f.fileno())
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _fsync_all(fds: list[int]) -> None:
+    """fsyncs the files concurrently: one commit's files reach the disk in about the time of one
+    fsync instead of one after another (``os.fsync`` releases the GIL)."""
+    if len(fds) <= 1:
+        for fd in fds:
+            os.fsync(fd)
+        return
+    with ThreadPoolExecutor(max_workers=min(len(fds), 16)) as pool:
+        for _ in pool.map(os.fsync, fds):  # re-raises the first failure
+            pass
 
 
 def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
@@ -1156,40 +1287,44 @@ def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _read_manifest(path: Path) -> dict:
+def _load_manifest(path: Path) -> dict:
+    """The index manifest of `path` (any readable version), validated as untrusted input."""
     mf = path / "manifest.json"
-    try:
-        m = _arraydir.read_versioned_json(path, INDEX_FORMAT, INDEX_VERSION)
-    except IndexFormatError as exc:  # a version-1 index is read too
-        if "format version 1," not in str(exc):
-            if "format version" in str(exc):
-                raise IndexFormatError(f"{exc} (and 1)") from None
-            raise
-        m = _arraydir.read_versioned_json(path, INDEX_FORMAT, 1)
+    m = None
+    for version in sorted(READABLE_VERSIONS, reverse=True):
+        try:
+            m = _arraydir.read_versioned_json(path, INDEX_FORMAT, version)
+            break
+        except IndexFormatError as exc:
+            if "format version" not in str(exc):
+                raise
+            if version == READABLE_VERSIONS[0]:
+                raise IndexFormatError(f"{mf}: format version {_version_of(mf)!r}, this build reads "
+                                       f"{list(READABLE_VERSIONS)}") from None
 
     def count(x, top=_arraydir.MAX_COUNT):
         return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= top
 
     ok = (m.get("dtype") in _DTYPES_BY_NAME and isinstance(m.get("dims"), dict)
           and all(s in STORES and count(d, _MAX_DIM) and d > 0 for s, d in m["dims"].items())
-          and isinstance(m.get("encoders"), dict) and isinstance(m.get("parts"), dict)
-          and all(isinstance(h, str) for h in m["parts"].values())
-          and isinstance(m.get("documents"), list) and count(m.get("generation"))
+          and isinstance(m.get("encoders"), dict) and count(m.get("generation"))
           and count(m.get("next_doc_number"), MAX_DOC_NUMBER + 1))
+    if ok and m["version"] != 1:
+        vec = m.get("vectors")
+        ok = isinstance(vec, dict) and set(vec) == set(m["dims"]) and all(
+            isinstance(v, dict) and isinstance(v.get("file"), str)
+            and (g := _VECTOR_NAME.fullmatch(v["file"])) is not None and g.group(1) == s
+            and count(v.get("rows")) for s, v in vec.items())
+        if not ok:
+            raise IndexFormatError(f"{mf}: field 'vectors' missing or invalid (one entry per store: a file named "
+                                   f"'<store>.<hex>.bin' and its committed rows)")
+    if ok and m["version"] == 3:
+        _check_part_list(m, mf, count)
+        return m
+    ok = ok and isinstance(m.get("parts"), dict) and all(isinstance(h, str) for h in m["parts"].values()) \
+        and isinstance(m.get("documents"), list)
     if ok:
-        bad = [p for p in m["parts"] if not _PART_NAME.fullmatch(p)]
-        if bad:  # checked here, once, so no caller can be led outside parts/
-            raise IndexFormatError(f"{mf}: part name {bad[0][:80]!r} is not a plain folder name "
-                                   f"(letters, digits, '._-', no leading dot, at most 128 characters)")
-        if m["version"] != 1:
-            vec = m.get("vectors")
-            ok = isinstance(vec, dict) and set(vec) == set(m["dims"]) and all(
-                isinstance(v, dict) and isinstance(v.get("file"), str)
-                and (g := _VECTOR_NAME.fullmatch(v["file"])) is not None and g.group(1) == s
-                and count(v.get("rows")) for s, v in vec.items())
-            if not ok:
-                raise IndexFormatError(f"{mf}: field 'vectors' missing or invalid (one entry per store: a file named "
-                                       f"'<store>.<hex>.bin' and its committed rows)")
+        _check_part_names(m["parts"], mf)
         numbers, ids = set(), set()
         for d in m["documents"]:
             if not (isinstance(d, dict) and isinstance(d.get("doc_id"), str) and count(d.get("number"))
@@ -1203,6 +1338,88 @@ def _read_manifest(path: Path) -> dict:
     if not ok:
         raise IndexFormatError(f"{mf}: fields missing or inconsistent")
     return m
+
+
+def _version_of(mf: Path):
+    try:
+        m = _arraydir.loads_bounded(mf.read_text(encoding="utf-8"), mf)
+    except (OSError, UnicodeDecodeError, IndexFormatError):
+        return None
+    return m.get("version") if isinstance(m, dict) else None
+
+
+def _check_part_names(names, mf: Path) -> None:
+    bad = [p for p in names if not _PART_NAME.fullmatch(p)]
+    if bad:  # checked here, once, so no caller can be led outside parts/
+        raise IndexFormatError(f"{mf}: part name {bad[0][:80]!r} is not a plain file or folder name "
+                               f"(letters, digits, '._-', no leading dot, at most 128 characters)")
+
+
+def _check_part_list(m: dict, mf: Path, count) -> None:
+    """Version 3: ``parts`` is a list of ``{"name", "sha256", "documents", "counts"}`` (unique
+    plain names, a hex sha256, bounded counts), and ``totals`` are their sums."""
+    parts = m.get("parts")
+    ok = isinstance(parts, list) and all(
+        isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("sha256"), str)
+        and len(p["sha256"]) == 64 and all(c in "0123456789abcdef" for c in p["sha256"])
+        and count(p.get("documents")) and p["documents"] > 0 and isinstance(p.get("counts"), dict)
+        and set(p["counts"]) == set(_COUNTED) and all(count(v) for v in p["counts"].values()) for p in parts)
+    if not ok:
+        raise IndexFormatError(f"{mf}: field 'parts' missing or invalid (a list of name, sha256, documents, counts)")
+    names = [p["name"] for p in parts]
+    _check_part_names(names, mf)
+    if len(set(names)) != len(names):
+        raise IndexFormatError(f"{mf}: a part is listed twice")
+    totals = {"documents": sum(p["documents"] for p in parts),
+              **{k: sum(p["counts"][k] for p in parts) for k in _COUNTED}}
+    if m.get("totals") != totals:
+        raise IndexFormatError(f"{mf}: 'totals' are not the sums of the parts' counts")
+
+
+class _DocumentList(Sequence):
+    """``documents`` of a version-3 manifest for readers of the version-2 layout (``colgraph
+    index info``): its length comes from the manifest; the entries (doc_id, number, part, nodes,
+    edges, counts, in document order) are read from the part files on first use."""
+
+    def __init__(self, path: Path, m: dict):
+        self._path, self._m, self._docs = path, m, None
+        self._n = sum(p["documents"] for p in m["parts"])
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if self._docs is None:
+            self._docs = _documents_of(self._path, self._m)
+        return self._docs[i]
+
+
+def _documents_of(path: Path, m: dict) -> list[dict]:
+    docs = []
+    for entry in m["parts"]:
+        part = MappedPart(path / "parts" / entry["name"], m["dims"], _DTYPES_BY_NAME[m["dtype"]],
+                          header_sha256=entry["sha256"], verify=False)
+        for i, doc_id in enumerate(part.doc_ids):
+            c = part.document(i).counts
+            docs.append({"doc_id": doc_id, "number": int(part.numbers[i]), "part": entry["name"],
+                         "nodes": c["nodes"], "edges": c["edges"], "counts": {k: c[k] for k in _COUNTED}})
+    return docs
+
+
+def _read_manifest(path: str | os.PathLike) -> dict:
+    """The manifest as the command line reads it: :func:`_load_manifest`, and for version 3 a
+    ``documents`` list (see :class:`_DocumentList`) in the version-2 shape."""
+    path = Path(path)
+    m = _load_manifest(path)
+    if m["version"] == 3:
+        m["documents"] = _DocumentList(path, m)
+    return m
+
+
+def read_documents(path: str | os.PathLike) -> list[dict]:
+    """Every document of the index committed in `path`, in order: ``{"doc_id", "number",
+    "part", "nodes", "edges", "counts"}`` (read from the part files; any version)."""
+    return list(_read_manifest(_as_dir(path))["documents"])
 
 
 def _lookup(sorted_uids: np.ndarray, uids, name: str) -> np.ndarray:
@@ -1221,4 +1438,4 @@ def _lookup(sorted_uids: np.ndarray, uids, name: str) -> np.ndarray:
 
 
 __all__ = ["INDEX_FORMAT", "INDEX_VERSION", "IndexConflictError", "IndexFormatError", "KnowledgeIndex", "make_uid",
-           "EdgeKind"]
+           "read_documents", "EdgeKind"]

@@ -1,4 +1,4 @@
-"""On-disk parts of a knowledge index: a batch of whole documents in one checksummed array directory.
+"""On-disk parts of a knowledge index: a batch of whole documents in one checksummed file.
 
 A part holds, for its D documents in order, every document's graph (columns of
 :class:`~colgraph_engine.kg.document.DocumentGraph` concatenated, ids kept local to each
@@ -7,10 +7,14 @@ item offsets into the part's rows, ``vec.<store>.doc_items`` per-document item o
 any document can be cut out again. Strings are UTF-8 blobs with ``[k+1]`` int64 offsets. Parts
 are immutable: removing a document writes a new part with the documents that stay.
 
-Version 2 (written now): the vectors themselves live outside the part, in the index's
-append-only per-store vector files (see :mod:`colgraph_engine.kg.index`); the part's manifest
-records, per store, the number of rows its documents own there (``tokens``) and the sha256 of
-those rows' bytes. Version 1 (read only) held the rows inside the part as ``vec.<store>.values``.
+Version 3 (written now): the arrays of version 2 in ONE file (:mod:`colgraph_engine._arrayfile`:
+a header with each array's sha256, then the arrays), so writing a part costs one fsync instead of
+one per array; read back as a :class:`MappedPart` (columns and strings stay in the mapped file).
+Version 2 (read only): a directory of array files with a manifest; the vectors themselves live
+outside the part, in the index's append-only per-store vector files (see
+:mod:`colgraph_engine.kg.index`), and the part records, per store, the number of rows its
+documents own there (``tokens``) and the sha256 of those rows' bytes (version 3 too). Version 1
+(read only) held the rows inside the part as ``vec.<store>.values``.
 """
 from __future__ import annotations
 
@@ -20,14 +24,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import _arraydir
+from .. import _arraydir, _arrayfile
 from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, _to_disk
-from .document import DocumentGraph
+from ..graph.kinds import EdgeKind, NodeKind
+from .document import _PLURALS, DocumentGraph
+from .strings import StringColumn
 from .vectors import STORES, ItemVectors
 
 PART_FORMAT = "colgraph-kg-part"
-PART_VERSION = 2
-_READABLE = (1, 2)
+PART_VERSION = 3
+_READABLE = (1, 2)  # part directories; version 3 is a file (MappedPart)
 
 _NODE_STRINGS = ("node_name", "node_type", "node_text", "node_source")
 _EDGE_STRINGS = ("edge_keywords", "edge_text")
@@ -75,10 +81,26 @@ def disk_rows(docs: list[StoredDocument], store: str, dim: int, dtype: torch.dty
 def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype,
                row_sha256: dict[str, str]) -> Path:
     """Writes `docs` (graphs and item tables; their vector rows go to the index's vector files)
-    to part directory `path` atomically. `dims`: store name -> d; `row_sha256`: store -> sha256
+    to part directory `path` atomically (format version 2, a directory of arrays; the index now
+    writes :func:`write_part_file`). `dims`: store name -> d; `row_sha256`: store -> sha256
     of the bytes of the rows these documents own in that store's vector file (in document
     order). A document's ``ItemVectors.values`` may be None here: only its ids and offsets are
     written."""
+    arrays, meta = _part_arrays(docs, dims, dtype, row_sha256)
+    return _arraydir.write(path, PART_FORMAT, 2, meta, arrays)
+
+
+def write_part_file(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype,
+                    row_sha256: dict[str, str], *, fsync: bool = True) -> str:
+    """Writes `docs` as one part file (format version 3: the arrays of a version-2 part in one
+    :mod:`~colgraph_engine._arrayfile`) at the new path `path`; returns its header's sha256.
+    Arguments as :func:`write_part`; ``fsync=False`` leaves the fsync to the caller."""
+    arrays, meta = _part_arrays(docs, dims, dtype, row_sha256)
+    return _arrayfile.write(path, PART_FORMAT, PART_VERSION, meta, arrays, fsync=fsync)
+
+
+def _part_arrays(docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype,
+                 row_sha256: dict[str, str]) -> tuple[dict[str, np.ndarray], dict]:
     graphs = [d.graph for d in docs]
     arrays: dict[str, np.ndarray] = {
         "doc_number": np.asarray([d.number for d in docs], np.int64),
@@ -114,7 +136,7 @@ def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dty
                                                           "tokens": int(arrays[f"vec.{s}.offsets"][-1]),
                                                           "sha256": row_sha256[s]}
                                                       for s, d in dims.items()}}
-    return _arraydir.write(path, PART_FORMAT, PART_VERSION, meta, arrays)
+    return arrays, meta
 
 
 def _empty_dtype(name: str):
@@ -136,7 +158,7 @@ def part_version(path: Path) -> int:
 
 
 def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: bool = True,
-              version: int = PART_VERSION) -> tuple[list[StoredDocument], dict[str, tuple[int, str]] | None]:
+              version: int = 2) -> tuple[list[StoredDocument], dict[str, tuple[int, str]] | None]:
     """Reads a part written by :func:`write_part` (version 2) or by the version-1 writer; any
     damage raises ``FormatError``.
 
@@ -230,5 +252,153 @@ def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: b
     return docs, (rows if version != 1 else None)
 
 
-__all__ = ["PART_FORMAT", "PART_VERSION", "StoredDocument", "disk_rows", "part_version", "read_part", "write_part",
+_UTF8_CHUNK = 1 << 22
+
+
+class MappedPart:
+    """A version-3 part file opened for reading (see :func:`write_part_file`).
+
+    Columns stay part-level views of the privately mapped file (pages load on first touch) and
+    strings stay :class:`~colgraph_engine.kg.strings.StringColumn` s over its blobs; a document's
+    :class:`DocumentGraph` is cut out on demand by :meth:`document` (views, not copies), so an
+    open index holds no per-document arrays or ``str`` objects. Only the document ids are decoded.
+
+    Everything the header and the arrays say is checked on open (shapes, rising offsets, every
+    edge inside its document's nodes, every item inside its document, every string valid UTF-8,
+    read from the file so the check loads no pages into memory); ``verify`` also checks every
+    array's sha256. Any damage raises ``FormatError``.
+
+    Attributes: ``path``, ``n_docs``, ``n_nodes``, ``n_edges``, ``numbers [D]`` int64,
+    ``doc_ids`` (list of D str), ``doc_nodes`` / ``doc_edges`` ``[D+1]`` int64, the part-level
+    graph columns (``node_kind`` ... ``edge_prov``, string columns), ``items[store]`` =
+    ``(offsets [k+1], local [k], doc_items [D+1])`` and ``rows[store] = (tokens, sha256)`` of the
+    rows its documents own in the index's vector file.
+    """
+
+    def __init__(self, path: Path, dims: dict[str, int], dtype: torch.dtype, *, header_sha256: str | None,
+                 verify: bool = True):
+        f = _arrayfile.ArrayFile(path, PART_FORMAT, (PART_VERSION,), header_sha256=header_sha256)
+        if verify:
+            f.verify()
+        self.path = path
+        m = f.meta
+
+        def count(key):
+            v = m.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _arraydir.MAX_COUNT:
+                raise _arraydir.FormatError(f"{path}: header field {key!r} missing or invalid")
+            return v
+        D, n, e = count("n_docs"), count("n_nodes"), count("n_edges")
+        self.n_docs, self.n_nodes, self.n_edges = D, n, e
+        stores = m.get("stores")
+        if m.get("dtype") != _DTYPE_NAMES[dtype] or not isinstance(stores, dict) or \
+                {s: (v if isinstance(v, dict) else {}).get("dim") for s, v in stores.items()} != dims:
+            raise _arraydir.FormatError(f"{path}: dtype or store dimensions differ from the index's")
+
+        def offsets(name, k, total=None):
+            o = f.array(name, np.int64, (k + 1,))
+            if o[0] != 0 or (np.diff(o) < 0).any() or (total is not None and o[-1] != total):
+                raise _arraydir.FormatError(f"{path}: array {name!r}: offsets must rise from 0"
+                                            + (f" to {total}" if total is not None else ""))
+            return o
+
+        def strings(col, k):
+            o = offsets(f"{col}.offsets", k)
+            _check_utf8(f, f"{col}.bytes", o)
+            return StringColumn(f.array(f"{col}.bytes", np.uint8, (int(o[-1]),)), o)
+
+        self.numbers = f.array("doc_number", np.int64, (D,))
+        if D and (self.numbers.min() < 0 or np.unique(self.numbers).size != D):
+            raise _arraydir.FormatError(f"{path}: document numbers must be unique and non-negative")
+        self.doc_nodes, self.doc_edges = offsets("doc_nodes", D, n), offsets("doc_edges", D, e)
+        self.node_kind = f.array("node_kind", np.uint8, (n,))
+        self.node_weight = f.array("node_weight", np.float32, (n,))
+        self.node_bbox = f.array("node_bbox", np.float32, (n, 4))
+        self.node_edge = f.array("node_edge", np.int32, (n,))
+        self.node_image = f.array("node_image", np.int32, (n,))
+        self.edge_src, self.edge_dst = f.array("edge_src", np.int32, (e,)), f.array("edge_dst", np.int32, (e,))
+        self.edge_kind, self.edge_weight = f.array("edge_kind", np.uint8, (e,)), f.array("edge_weight", np.float32, (e,))
+        self.node_prov_offsets, self.edge_prov_offsets = offsets("node_prov_offsets", n), offsets("edge_prov_offsets", e)
+        self.node_prov = f.array("node_prov", np.int32, (int(self.node_prov_offsets[-1]),))
+        self.edge_prov = f.array("edge_prov", np.int32, (int(self.edge_prov_offsets[-1]),))
+        self.doc_ids = list(strings("doc_id", D))
+        if len(set(self.doc_ids)) != D:
+            raise _arraydir.FormatError(f"{path}: a document id appears twice")
+        self.titles = strings("doc_title", D)
+        for col in _NODE_STRINGS:
+            setattr(self, col, strings(col, n))
+        for col in _EDGE_STRINGS:
+            setattr(self, col, strings(col, e))
+        doc_n = np.diff(self.doc_nodes)
+        of_edge = np.repeat(np.arange(D), np.diff(self.doc_edges))
+        if e and ((np.minimum(self.edge_src, self.edge_dst) < 0).any()
+                  or (np.maximum(self.edge_src, self.edge_dst) >= doc_n[of_edge]).any()):
+            bad = int(of_edge[(np.maximum(self.edge_src, self.edge_dst) >= doc_n[of_edge])
+                              | (np.minimum(self.edge_src, self.edge_dst) < 0)][0])
+            raise _arraydir.FormatError(f"{path}: document {self.doc_ids[bad]!r} has an edge outside its "
+                                        f"{int(doc_n[bad])} nodes")
+        self.items: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.rows: dict[str, tuple[int, str]] = {}
+        for store in dims:
+            info = stores[store]
+            k, t, sha = info.get("items"), info.get("tokens"), info.get("sha256")
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (k, t)):
+                raise _arraydir.FormatError(f"{path}: store {store!r} counts invalid")
+            if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+                raise _arraydir.FormatError(f"{path}: store {store!r} has no valid row checksum")
+            voff, local = offsets(f"vec.{store}.offsets", k, t), f.array(f"vec.{store}.local", np.int64, (k,))
+            doc_items = offsets(f"vec.{store}.doc_items", D, k)
+            limit = (np.diff(self.doc_edges) if STORES[store][1] is None else doc_n)[
+                np.repeat(np.arange(D), np.diff(doc_items))]
+            if k and ((local < 0) | (local >= limit)).any():
+                raise _arraydir.FormatError(f"{path}: store {store!r} names an item outside its document")
+            self.items[store] = (voff, local, doc_items)
+            self.rows[store] = (t, sha)
+
+    def document(self, i: int) -> DocumentGraph:
+        """The graph of the part's `i`-th document: views of the part's columns (prov offsets
+        are rebased, a small new array)."""
+        a, b = int(self.doc_nodes[i]), int(self.doc_nodes[i + 1])
+        c, d = int(self.doc_edges[i]), int(self.doc_edges[i + 1])
+        npo, epo = self.node_prov_offsets[a:b + 1], self.edge_prov_offsets[c:d + 1]
+        return DocumentGraph(
+            doc_id=self.doc_ids[i], title=self.titles[i],
+            node_kind=self.node_kind[a:b], node_weight=self.node_weight[a:b], node_bbox=self.node_bbox[a:b],
+            node_edge=self.node_edge[a:b], node_image=self.node_image[a:b],
+            node_name=self.node_name[a:b], node_type=self.node_type[a:b], node_text=self.node_text[a:b],
+            node_source=self.node_source[a:b],
+            node_prov_offsets=npo - npo[0], node_prov=self.node_prov[npo[0]:npo[-1]],
+            edge_src=self.edge_src[c:d], edge_dst=self.edge_dst[c:d], edge_kind=self.edge_kind[c:d],
+            edge_weight=self.edge_weight[c:d], edge_keywords=self.edge_keywords[c:d], edge_text=self.edge_text[c:d],
+            edge_prov_offsets=epo - epo[0], edge_prov=self.edge_prov[epo[0]:epo[-1]])
+
+    def counts(self) -> dict[str, int]:
+        """Node, edge and kind counts of all its documents together (as ``DocumentGraph.counts``)."""
+        kinds = np.bincount(self.node_kind, minlength=len(NodeKind))
+        out = {plural: int(kinds[k]) for k, plural in _PLURALS.items()}
+        out["relations"] = int(np.count_nonzero(self.edge_kind == EdgeKind.RELATION))
+        out["nodes"], out["edges"] = self.n_nodes, self.n_edges
+        return out
+
+
+def _check_utf8(f: _arrayfile.ArrayFile, name: str, offsets: np.ndarray) -> None:
+    """Every string ``blob[o[i]:o[i+1]]`` of blob `name` is valid UTF-8: the blob decodes (read
+    from the file in chunks cut at string starts) and no string starts inside a character."""
+    total = int(offsets[-1])
+    starts = offsets[:-1][np.diff(offsets) > 0]
+    cuts = np.unique(np.concatenate([[0], offsets[np.searchsorted(offsets, np.arange(_UTF8_CHUNK, total,
+                                                                                       _UTF8_CHUNK))], [total]]))
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        data = f.read_bytes(name, a, b)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _arraydir.FormatError(f"{f.path}: string column {name!r} is not UTF-8 ({exc})") from None
+        inside = starts[(starts >= a) & (starts < b)] - a
+        if inside.size and ((np.frombuffer(data, np.uint8)[inside] & 0xC0) == 0x80).any():
+            raise _arraydir.FormatError(f"{f.path}: string column {name!r}: a string starts inside a character")
+
+
+__all__ = ["PART_FORMAT", "PART_VERSION", "MappedPart", "StoredDocument", "disk_rows", "part_version", "read_part",
+           "write_part", "write_part_file",
            "_DTYPES_BY_NAME"]
