@@ -169,7 +169,7 @@ class _Assembly:
     node_uid: _Column            # [n] sorted (numbers and local ids both rise)
     edge_uid: _Column            # [m] sorted
     alias_of: _Column            # [n] int64 group (= first member's node id) or -1
-    alias_keys: dict             # normalised entity name -> [first member, members]
+    alias_keys: dict             # normalised entity name -> first member's node id
 
 
 def _as_dir(path, name: str = "path") -> Path:
@@ -1067,22 +1067,26 @@ def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names:
     """Alias entries for nodes ``first, first+1, ...`` (kinds `node_kind`, names `names`):
     entities with equal :func:`normalize_name` share a group whose id is the first member's node
     id (stable as nodes are appended, so a full re-assembly gives the same ids). `keys` maps a
-    normalised name to ``[first member, members]``. Returns whether any entry changed."""
+    normalised name to its first member (a group of one has ``alias_of == -1`` there: one int
+    per name, no per-group object). Returns whether any entry changed."""
     arr = alias_of._buf  # entries below alias_of's length; older ones change when a key gains its second member
     changed = False
     for i in np.flatnonzero(node_kind == NodeKind.ENTITY).tolist():
         v = first + i
-        key = normalize_name(names[i])
-        entry = keys.get(key)
-        if entry is None:
-            keys[key] = [v, 1]
+        key = _normalize(names[i])
+        head = keys.get(key)
+        if head is None:
+            keys[key] = v
             continue
-        if entry[1] == 1:
-            arr[entry[0]] = entry[0]
-        arr[v] = entry[0]
-        entry[1] += 1
+        arr[head] = head  # (again) the group's id: its first member's
+        arr[v] = head
         changed = True
     return changed
+
+
+# normalize_name without its cache: the index normalises every entity name once per assembly, and
+# a cache of up to 2^17 names would hold tens of MiB in a process that only serves the index
+_normalize = getattr(normalize_name, "__wrapped__", normalize_name)
 
 
 _COUNTED = ("nodes", "edges", "segments", "entities", "relations", "images", "regions", "tables")
