@@ -25,9 +25,11 @@ the client's wall time per request; throughput = requests / cell wall time. Ever
 be answered 200 (the queue, 1,024, is above every concurrency), and the answers of a sample are
 checked against the in-process pipeline (recalled documents and ranked image nodes equal).
 
-In-process rows (same index, same questions, same thread settings, measured before any server
-runs): ``retrieve`` one at a time (p50/p99, QPS), and ``retrieve_batch`` of c questions (latency
-= the batch's wall time; QPS = c / that). Both include query encoding, as the server's do.
+In-process rows (same index, same questions, same thread settings): ``retrieve`` one at a time
+(p50/p99, QPS), and ``retrieve_batch`` of c questions (latency = the batch's wall time; QPS = c /
+that). Both include query encoding, as the server's do. The machine is shared, so the run is
+interleaved: all three servers start first (idle ones cost nothing), then per concurrency the
+in-process row and the three modes are measured back to back.
 
 Ratios reported: batched / unbatched throughput at each concurrency (target >= 3x at 32), p99
 at 32 clients batched / in-process single-request p50 (target <= 2x), and HTTP overhead = p50 of
@@ -59,6 +61,11 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
+
+try:
+    from orjson import loads
+except ImportError:
+    from json import loads
 
 MODES = {"unbatched": (1, 0.0), "batched": (32, 5.0), "batched, no wait": (32, 0.0)}
 
@@ -160,7 +167,7 @@ async def load(url: str, questions: list[str], concurrency: int, n: int, warmup:
                         lat.append(dt)
                         statuses.append(r.status_code)
                         if r.status_code == 200:
-                            body = r.json()
+                            body = loads(r.content)  # orjson when installed: the client's parse stays small
                             sizes.append(body["batch"]["size"])
                             answers.setdefault(i % len(questions), signature(body))
             t0 = time.perf_counter()
@@ -214,31 +221,31 @@ def signature(body_or_result) -> tuple:
     return tuple(d for d, _ in r.documents), tuple(h.node for h in r.images)
 
 
-def in_process(pipe, questions: list[str], n_single: int, concurrencies: list[int], warmup: int) -> dict:
+def in_process_single(pipe, questions: list[str], n: int, warmup: int) -> dict:
+    """``retrieve`` one at a time over `n` questions: latency summary and each answer's signature."""
     for q in questions[:warmup]:
         pipe.retrieve(q)
     lat, sigs = [], {}
     t_all = time.perf_counter()
-    for i in tqdm(range(n_single), desc="in-process retrieve", leave=False):
+    for i in tqdm(range(n), desc="in-process retrieve", leave=False):
         t0 = time.perf_counter()
         r = pipe.retrieve(questions[i % len(questions)])
         lat.append(time.perf_counter() - t0)
         sigs[i % len(questions)] = signature(r)
-    single = summary(lat, time.perf_counter() - t_all, n_single)
-    batches = {}
-    for c in concurrencies:
-        if c == 1:
-            continue
-        n_batches = max(2, 64 // c)
-        times = []
-        for b in range(n_batches):
-            qs = [questions[(b * c + j) % len(questions)] for j in range(c)]
-            t0 = time.perf_counter()
-            pipe.retrieve_batch(qs)
-            times.append(time.perf_counter() - t0)
-        batches[c] = {"batch": c, "batches": n_batches, "p50_ms": statistics.median(times) * 1e3,
-                      "max_ms": max(times) * 1e3, "qps": c * n_batches / sum(times)}
-    return {"single": single, "batch": batches, "signatures": sigs}
+    return {**summary(lat, time.perf_counter() - t_all, n), "signatures": sigs}
+
+
+def in_process_batch(pipe, questions: list[str], c: int) -> dict:
+    """``retrieve_batch`` of `c` questions, ``max(2, 64 // c)`` times."""
+    n_batches = max(2, 64 // c)
+    times = []
+    for b in range(n_batches):
+        qs = [questions[(b * c + j) % len(questions)] for j in range(c)]
+        t0 = time.perf_counter()
+        pipe.retrieve_batch(qs)
+        times.append(time.perf_counter() - t0)
+    return {"batch": c, "batches": n_batches, "p50_ms": statistics.median(times) * 1e3, "max_ms": max(times) * 1e3,
+            "qps": c * n_batches / sum(times)}
 
 
 # ------------------------------------------------------------------------------------------
@@ -264,7 +271,7 @@ def to_markdown(rep: dict) -> str:
         "offline encoders; default pipeline config (Kd 10, Kg 10, l 1). Text questions; every latency includes "
         "query encoding. Requests per cell: max(64, 6 x clients), after a warm-up of one request per client; "
         "p99 of 64-192 samples is close to the slowest request.", "",
-        "## In-process (same run, before any server)", "",
+        "## In-process (same run, interleaved with the HTTP cells of the same concurrency)", "",
         "| call | p50 ms | p99 ms | QPS |", "|---|---:|---:|---:|",
         f"| `retrieve`, one at a time ({inp['single']['requests']} questions) | {_f(inp['single']['p50_ms'])} | "
         f"{_f(inp['single']['p99_ms'])} | {_f(inp['single']['qps'])} |",
@@ -351,7 +358,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.documents, args.concurrency = 200, "1,4"
     torch.set_num_threads(args.torch_threads)
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    concurrencies = sorted({1} | {int(c) for c in args.concurrency.split(",")})  # 1: the single-query baseline
     t_start = time.perf_counter()
     enc = Encoders.offline(text_dim=128)
     index, how = pr.load_or_build(args.documents, enc, args.cache, seed=0, dtype=torch.float32)
@@ -359,26 +366,37 @@ def main(argv=None) -> int:
     questions = pr.make_questions(256, args.documents, seed=0)
     pipe = Pipeline(index, enc)
     info = pr.machine_info()
-    tqdm.write(f"index {path} ({how['how']}); in-process baseline ...")
-    inp = in_process(pipe, questions, 64, concurrencies, warmup=4)
-    http: dict[str, dict[str, dict]] = {}
-    mismatches = checked = 0
-    for mode, (max_batch, wait) in MODES.items():
-        server = Server(path, max_batch, wait, args.torch_threads)
-        try:
-            for c in concurrencies:
+    # every server runs from the start, and each concurrency measures in-process, then every
+    # mode, back to back: the machine is shared, so a ratio compares figures taken minutes apart
+    # at most (the load changes over a run)
+    tqdm.write(f"index {path} ({how['how']}); starting {len(MODES)} servers ...")
+    servers = {}
+    try:
+        for mode, (max_batch, wait) in MODES.items():
+            servers[mode] = Server(path, max_batch, wait, args.torch_threads)
+        inp = {"single": None, "batch": {}}
+        http: dict[str, dict[str, dict]] = {m: {} for m in MODES}
+        mismatches = checked = 0
+        for c in concurrencies:
+            if c == 1:
+                single = in_process_single(pipe, questions, 64, warmup=4)
+                sigs = single.pop("signatures")
+                inp["single"] = single
+            else:
+                inp["batch"][c] = in_process_batch(pipe, questions, c)
+            for mode, server in servers.items():
                 n = requests_for(c)
                 tqdm.write(f"{mode}: {c} clients, {n} requests ...")
                 cell, answers = asyncio.run(load(server.url, questions, c, n, warmup=c))
                 for i, sig in answers.items():
-                    if i in inp["signatures"]:
+                    if i in sigs:
                         checked += 1
-                        mismatches += sig != inp["signatures"][i]
-                http.setdefault(mode, {})[str(c)] = cell
-            if mode == "unbatched":
-                tqdm.write("unbatched: paired in-process / HTTP requests ...")
-                paired = paired_overhead(server.url, pipe, questions, 64)
-        finally:
+                        mismatches += sig != sigs[i]
+                http[mode][str(c)] = cell
+        tqdm.write("unbatched: paired in-process / HTTP requests ...")
+        paired = paired_overhead(servers["unbatched"].url, pipe, questions, 64)
+    finally:
+        for server in servers.values():
             server.close()
     single = inp["single"]
     top = str(max(concurrencies))
