@@ -12,6 +12,7 @@ same result, node for node.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import unicodedata
@@ -42,6 +43,61 @@ class SparseScores(NamedTuple):
     offsets: np.ndarray
     nodes: np.ndarray
     values: np.ndarray
+
+
+class NodeNames(Sequence):
+    """Node names as a read-only sequence of chunks, each any sequence of ``str`` (a list, or a
+    column that decodes its strings when read): appending a batch of names adds one chunk (no
+    copy of the names already held, and a lazily decoded column stays lazy); reading name ``v``
+    finds its chunk by bisection. Compares equal to a list of the same names."""
+
+    __slots__ = ("_chunks", "_ends")
+
+    def __init__(self):
+        self._chunks: list[Sequence[str]] = []
+        self._ends: list[int] = []
+
+    def extend(self, names: Sequence[str]) -> None:
+        """Appends `names` (a list is copied; other sequences are kept as they are: they must not change)."""
+        if isinstance(names, NodeNames):
+            for c in names._chunks:
+                self.extend(c)
+            return
+        if len(names):
+            self._chunks.append(list(names) if isinstance(names, list) else names)
+            self._ends.append(len(self) + len(names))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        j = i.__index__()
+        n = len(self)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError("NodeNames index out of range")
+        c = bisect.bisect_right(self._ends, j)
+        return self._chunks[c][j - (self._ends[c - 1] if c else 0)]
+
+    def __iter__(self):
+        for c in self._chunks:
+            yield from c
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+    def __repr__(self) -> str:
+        return f"NodeNames(n={len(self)}, chunks={len(self._chunks)})"
 
 
 @functools.lru_cache(maxsize=1 << 17)  # names repeat across records; the key is a pure function
@@ -138,7 +194,7 @@ class KnowledgeGraph:
         use_native = backend == "native" or (backend is None and _native.available())
         self._impl = _native.core.Graph() if use_native else ReferenceGraph()
         self.backend = "native" if use_native else "reference"
-        self.node_names: list[str] | None = None
+        self.node_names: NodeNames | None = None
 
     # -- building -------------------------------------------------------------------------
     @classmethod
@@ -161,7 +217,8 @@ class KnowledgeGraph:
             raise ValueError(f"doc: expected document ids in [0, 2^31), got {bad}")
         weight_arr = _as_float_array(weight, "weight", k, 1.0)
         if names is not None:
-            names = list(names)
+            if not isinstance(names, Sequence) or isinstance(names, (str, bytes)):
+                names = list(names)
             if len(names) != k or not all(isinstance(s, str) for s in names):
                 raise ValueError(f"names: expected {k} strings")
         if self.node_names is None and names is not None and self.n_nodes:
@@ -172,8 +229,8 @@ class KnowledgeGraph:
         self._impl.add_nodes(kind_arr, doc_arr, weight_arr)
         if names is not None:
             if self.node_names is None:
-                self.node_names = []
-            self.node_names.extend(names)  # in place: appending a few names must not copy them all
+                self.node_names = NodeNames()
+            self.node_names.extend(names)  # one chunk: appending a few names must not copy them all
         return np.arange(first, first + k, dtype=np.int64)
 
     def add_edges(self, src, dst, kind=None, weight=None) -> np.ndarray:

@@ -97,7 +97,7 @@ from tqdm.auto import tqdm
 
 from .. import _arraydir, _atomic
 from ..graph.kinds import EdgeKind, NodeKind
-from ..graph.knowledge_graph import KnowledgeGraph, normalize_name
+from ..graph.knowledge_graph import KnowledgeGraph, NodeNames, normalize_name
 from ..packed import check_finite
 from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
 from .document import DocumentGraph, DocumentInput, build_document_graph
@@ -704,7 +704,9 @@ class KnowledgeIndex:
         node_doc = np.repeat(numbers, n_nodes)
         local_nodes = np.arange(node_offsets[-1], dtype=np.int64) - np.repeat(node_offsets[:-1], n_nodes)
         local_edges = np.arange(edge_offsets[-1], dtype=np.int64) - np.repeat(edge_offsets[:-1], n_edges)
-        names = [s for b in blocks for s in b["names"]]
+        names = NodeNames()  # the blocks' name columns as chunks: a mapped part's stay undecoded
+        for b in blocks:
+            names.extend(b["names"])
         node_kind = cat("node_kind", np.uint8)
         graph = KnowledgeGraph.from_arrays(
             node_kind, node_doc, cat("edge_src", np.int64) + shift_nodes,
