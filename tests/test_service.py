@@ -45,7 +45,7 @@ QUESTIONS = [
     "Where is Mount Fuji seen from the train?",
     "Who commanded the shuttle mission?",
 ]
-FUJI_NOTE = (b"The Zorvandel observatory stands on the northern ridge of Kalimtor. Astronomers of Kalimtor "
+OBSERVATORY_NOTE = (b"The Zorvandel observatory stands on the northern ridge of Kalimtor. Astronomers of Kalimtor "
              b"built the Zorvandel observatory in 1921.")
 
 
@@ -334,7 +334,7 @@ def test_read_only_index_refuses_writes(template):
     memory = KnowledgeIndex(ENC)
     memory.add_documents(kg_demo.demo_documents())
     with TestClient(create_app(memory, ENC)) as c:
-        r = c.post("/documents", files=[("files", ("a.txt", FUJI_NOTE, "text/plain"))])
+        r = c.post("/documents", files=[("files", ("a.txt", OBSERVATORY_NOTE, "text/plain"))])
         assert r.status_code == 409 and "read-only" in r.json()["detail"]
         assert c.post("/query", json={"question": QUESTIONS[4]}).status_code == 200
 
@@ -355,9 +355,9 @@ def test_bad_uploads(index_dir):
         assert r.status_code == 422 and "at most 3 files" in r.json()["detail"]
         r = c.post("/documents", files=[("files", ("broken.pdf", b"%PDF-1.7 not really", "application/pdf"))])
         assert r.status_code == 422 and r.json()["documents"][0]["status"] == "failed"
-        r = c.post("/documents", files=[("files", ("note.txt", FUJI_NOTE, "text/plain"))])
+        r = c.post("/documents", files=[("files", ("note.txt", OBSERVATORY_NOTE, "text/plain"))])
         assert r.status_code == 200 and r.json()["added"] == 1
-        r = c.post("/documents", files=[("files", ("note.txt", FUJI_NOTE, "text/plain"))])
+        r = c.post("/documents", files=[("files", ("note.txt", OBSERVATORY_NOTE, "text/plain"))])
         assert r.status_code == 409 and r.json()["documents"][0]["status"] == "present"
         assert c.get("/health").json()["documents"] == 8
         assert not (index_dir.parent / "index.uploads").exists() or len(list((index_dir.parent / "index.uploads")
@@ -420,13 +420,13 @@ def test_concurrent_clients_form_batches_over_real_http(template):
 
 
 def test_shutdown_answers_every_request_in_flight(template):
-    app = create_app(KnowledgeIndex.open(template, ENC), ENC, service=ServiceConfig(max_batch=64, max_wait_ms=1500))
+    app = create_app(KnowledgeIndex.open(template, ENC), ENC, service=ServiceConfig(max_batch=64, max_wait_ms=3000))
     n = 12
     with serving(app) as (url, server, thread):
         with httpx.Client(base_url=url, timeout=60) as client, ThreadPoolExecutor(n) as pool:
             futures = [pool.submit(client.post, "/query", json={"question": QUESTIONS[i % 6]}) for i in range(n)]
             deadline = time.monotonic() + 20
-            while app.state.batcher.depth < n:  # all queued (the batch window is 1.5 s)
+            while app.state.batcher.depth < n:  # all queued (the batch window is 3 s)
                 assert time.monotonic() < deadline, app.state.batcher.depth
                 time.sleep(0.005)
             server.should_exit = True  # as SIGTERM does: stop accepting, finish what is in flight
@@ -447,7 +447,7 @@ def test_documents_added_and_removed_over_http_are_seen_by_the_next_query(index_
     with serving(app) as (url, _, _), httpx.Client(base_url=url, timeout=60) as c:
         g0 = c.get("/health").json()["generation"]
         assert c.post("/query", json=question).json()["documents"][0]["doc_id"] != "zorvandel.txt"
-        r = c.post("/documents", files=[("files", ("zorvandel.txt", FUJI_NOTE, "text/plain"))])
+        r = c.post("/documents", files=[("files", ("zorvandel.txt", OBSERVATORY_NOTE, "text/plain"))])
         assert r.status_code == 200, r.text
         assert r.json()["added"] == 1 and r.json()["total_documents"] == 8 and r.json()["generation"] == g0 + 1
         body = c.post("/query", json=question).json()
