@@ -423,10 +423,10 @@ class PackedStore:
             # Normalising finite vectors keeps them finite, so the source decides; without
             # normalisation the cast to the store's dtype may overflow, so the cast decides.
             check_finite(qv if self.normalize else qv.to(self.dtype), "queries", source=qv)
-        qv = qv.to(self.device)
+        qv = _ops.to_device(qv, self.device)
         if self.normalize:
             qv = torch.nn.functional.normalize(qv.float(), dim=-1)
-        return qv.to(self.dtype), qo.to(self.device), ql
+        return qv.to(self.dtype), _ops.to_device(qo, self.device), ql
 
     def search(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *,
                backend: str | None = None, chunk_docs: int | None = None,
@@ -486,7 +486,7 @@ class PackedStore:
             pos = _find_positions(h.sorted_ids, h.order, h.alive, ids, False, "cand_ids")
             co, pos = _ops.check_candidates(cand_offsets, pos, nq, snap.n_slots, pos.device)
             counts = co.diff()
-            co, pos = co.to(self.device, non_blocking=True), pos.to(self.device, non_blocking=True)
+            co, pos = _ops.to_device(co, self.device), _ops.to_device(pos, self.device)
         else:
             pos = _positions(snap, ids.to(self.device), False, "cand_ids")
             co, pos = _ops.check_candidates(cand_offsets.to(self.device) if isinstance(cand_offsets, torch.Tensor)

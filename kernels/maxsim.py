@@ -454,7 +454,9 @@ def maxsim_candidates(q_values, q_offsets, x_values, x_offsets, cand_offsets, ca
     _, max_len = _lengths_info(q_lengths)
     slots = torch.arange(n_cand, device=dev)
     if cand_counts is not None:
-        counts = torch.as_tensor(cand_counts, dtype=torch.int64).to(dev, non_blocking=True)
+        counts = torch.as_tensor(cand_counts, dtype=torch.int64)
+        # through pinned memory: a copy from pageable memory may make the host wait
+        counts = counts.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else counts.to(dev)
         pair_query = torch.repeat_interleave(torch.arange(nq, device=dev), counts, output_size=n_cand)
     else:
         pair_query = torch.searchsorted(cand_offsets, slots, right=True) - 1

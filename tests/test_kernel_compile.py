@@ -70,3 +70,11 @@ def test_hopper_uses_wgmma_for_tiles_of_64_rows_or_more(compiled):
             assert r["mma"] == "wgmma", r  # wgmma, not the older mma.sync path
         if r["arch"] == 80 and r["dtype"] != "fp32":
             assert r["mma"] == "mma.sync", r
+
+
+def test_the_streaming_loop_keeps_tiles_in_flight(compiled):
+    # The cross kernel streams all of a program's documents in one pipelined loop: when it waits
+    # for a tile, later tiles (possibly of the next document) are already being copied.
+    for r in compiled:
+        if r["num_stages"] >= 3:
+            assert r["prefetch"] >= 1, r

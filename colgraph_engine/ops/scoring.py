@@ -39,6 +39,16 @@ from . import reference
 # Implementations behind the dispatch (inputs already validated)
 # ------------------------------------------------------------------------------------------
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`. A host tensor bound for CUDA goes through pinned memory, so the copy is
+    queued on the stream without the host waiting for the device (a copy from pageable memory
+    may have to). Pinned buffers come from torch's caching host allocator and are not reused
+    before the copy has run."""
+    if t.device == device or device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def host_lengths(offsets: torch.Tensor) -> torch.Tensor:
     """``[N]`` int64 item lengths on the host. A CPU tensor costs no transfer; a device tensor
     costs one read (callers that hold host offsets, such as a store, pass those instead)."""
