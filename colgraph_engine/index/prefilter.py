@@ -167,7 +167,7 @@ class PrefilterIndex:
     def search(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *, ncells: int | None = None,
                centroid_score_threshold: float | None = None, ndocs: int | None = None,
                allowed: Sequence | None = None, exact_allowed: bool | None = None,
-               backend: str | None = None) -> _search.SearchResult:
+               backend: str | None = None, store=None) -> _search.SearchResult:
         """Top-k documents per query by the staged PLAID search (see :mod:`.search`).
 
         Args:
@@ -177,6 +177,9 @@ class PrefilterIndex:
             allowed: optional per-query id lists (restricted search); exact_allowed: see :mod:`.search`.
             backend: exact stage: ``"triton"`` (CUDA, or the interpreter), ``"torch"``; default:
                 triton on CUDA, torch elsewhere.
+            store: optional :class:`~colgraph_engine.store.PackedStore` holding the original
+                vectors under the same ids: the exact stage then scores the shortlist on them
+                (``store.score_candidates``) instead of the decoded vectors.
         """
         state = self._state
         qv, qo = self._queries(queries, q_offsets)
@@ -188,10 +191,21 @@ class PrefilterIndex:
             raise TypeError(f"exact_allowed: expected a bool or None, got {type(exact_allowed).__name__}")
         settings = _search.Settings.for_k(int(k), ncells, centroid_score_threshold, ndocs)
         name = resolve_backend(self.device, backend)
+        rescore_fn = None
+        if store is not None:
+            if store.dim != self.dim:
+                raise ValueError(f"store: expected dimension d={self.dim}, got {store.dim}")
+
+            def rescore_fn(bv, bq, pq, pd):
+                co = torch.zeros(bq.numel(), dtype=torch.int64)
+                torch.cumsum(torch.bincount(pq.cpu(), minlength=bq.numel() - 1), 0, out=co[1:])
+                return store.score_candidates(bv.to(store.device), bq.cpu(), co, state.ids[pd].cpu(),
+                                              assume_finite=True).to(qv.device)
         with torch.no_grad():
-            res = _search.run(state, qv, qo, int(k), settings, name, allowed=allowed, exact_allowed=exact_allowed)
-        res.reason = f"prefilter requested; exact stage on backend {name!r}"
-        res.stats["backend"] = name
+            res = _search.run(state, qv, qo, int(k), settings, name, allowed=allowed, exact_allowed=exact_allowed,
+                              rescore_fn=rescore_fn)
+        res.reason = f"prefilter requested; exact stage on {'the store' if store is not None else repr(name)}"
+        res.stats["backend"] = "store" if store is not None else name
         return res
 
     # -- maintenance ---------------------------------------------------------------------

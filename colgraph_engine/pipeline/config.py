@@ -12,7 +12,9 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 
 RECALL_SIDES = ("text", "image", "fused")
-RECALL_RANKERS = ("maxsim", "pooled")
+RECALL_RANKERS = ("maxsim", "pooled", "prefilter")
+PREFILTER_MODES = ("auto", "prefilter")
+PREFILTER_NBITS = (1, 2, 4)
 FUSIONS = ("rrf", "weighted")
 RETRIEVALS = ("graph", "chunks")
 FILTERS = ("off", "mkg", "default")
@@ -52,8 +54,15 @@ class PipelineConfig:
             ``"image"`` (query-image patches vs image patches) or ``"fused"`` (both; a query
             without an image uses the text side alone). mKG-RAG's text-only, vision-only and
             fused variants.
-        recall_ranker: ``"maxsim"`` (exact late interaction) or ``"pooled"`` (cosine of mean
-            vectors, the single-vector baseline).
+        recall_ranker: ``"maxsim"`` (exact late interaction), ``"pooled"`` (cosine of mean
+            vectors, the single-vector baseline) or ``"prefilter"`` (a PLAID-style centroid
+            prefilter, :mod:`colgraph_engine.index`, built over each recall store on first use).
+        prefilter_mode: with ``recall_ranker="prefilter"``: ``"auto"`` (per store, exact MaxSim
+            when its estimated work is at most the prefilter's; see
+            :class:`~colgraph_engine.index.AutoSearcher`) or ``"prefilter"`` (always). Ours: auto.
+        prefilter_nbits: residual bits per dimension of those prefilters (1, 2 or 4; ours: 2).
+        prefilter_units: store items each query keeps per store from the prefilter (their
+            documents' best unit scores enter the fusion; ours: 64, at least `kd`).
         fusion: ``"rrf"``, reciprocal-rank fusion ``Σ_side 1 / (rrf_k + rank)`` (rrf_k = 60, the
             constant of Cormack et al., 2009), or ``"weighted"``: ``Σ_side w_side · minmax(score)``.
         text_weight: w of the text side for ``"weighted"`` (the image side gets 1 - w). Ours: 0.5.
@@ -90,6 +99,9 @@ class PipelineConfig:
     kd: int = 10
     recall_side: str = "fused"
     recall_ranker: str = "maxsim"
+    prefilter_mode: str = "auto"
+    prefilter_nbits: int = 2
+    prefilter_units: int = 64
     fusion: str = "rrf"
     rrf_k: int = 60
     text_weight: float = 0.5
@@ -119,6 +131,11 @@ class PipelineConfig:
         _int(self.kd, "kd", 1, 10_000)
         _choice(self.recall_side, "recall_side", RECALL_SIDES)
         _choice(self.recall_ranker, "recall_ranker", RECALL_RANKERS)
+        _choice(self.prefilter_mode, "prefilter_mode", PREFILTER_MODES)
+        _int(self.prefilter_nbits, "prefilter_nbits", 1, 4)
+        if self.prefilter_nbits not in PREFILTER_NBITS:
+            raise ValueError(f"prefilter_nbits: expected one of {PREFILTER_NBITS}, got {self.prefilter_nbits}")
+        _int(self.prefilter_units, "prefilter_units", 1, 100_000)
         _choice(self.fusion, "fusion", FUSIONS)
         _int(self.rrf_k, "rrf_k", 0, 1_000_000)
         _float(self.text_weight, "text_weight", 0.0, 1.0)

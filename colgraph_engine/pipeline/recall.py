@@ -10,10 +10,21 @@ reciprocal-rank fusion ``Σ_side 1 / (rrf_k + rank_side(doc))`` (a document miss
 adds nothing) or by ``Σ_side w_side · minmax_side(score)`` over the documents a side scored.
 Ties rank the lower document number first. A document with no unit on any used side cannot be
 recalled. Every store is scored with one call for the whole batch.
+
+``recall_ranker="prefilter"``: each recall store gets a :class:`~colgraph_engine.index.PrefilterIndex`
+over its live items (ids = store slots), built on first use and kept for the lifetime of the
+view (a change of the index makes a new view, hence new prefilters; persisting them in the
+index directory is later work). Per store, an :class:`~colgraph_engine.index.AutoSearcher`
+decides between exact MaxSim over all units and the prefilter (``prefilter_mode``); with the
+prefilter each query keeps its top ``max(prefilter_units, kd)`` units, and a document none of
+whose units is among them scores ``-inf`` on that side (not seen). ``Recall.paths`` says, per
+query and store, which path ran and why.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -35,9 +46,55 @@ class Recall:
     scores: list[np.ndarray]
     sides: list[tuple[str, ...]]
     units: list[int]
+    paths: list[dict[str, str]] = field(default_factory=list)  # per query: store -> "path: reason"
 
 
-def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray) -> tuple[torch.Tensor, int]:
+log = logging.getLogger("colgraph_engine")
+_PREFILTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # IndexView -> {(store, nbits): index}
+
+
+def _prefilter_for(view: IndexView, name: str, nbits: int):
+    """The view's prefilter over store `name` (built on first use; ids are store slots)."""
+    from ..index import PrefilterIndex
+    per_view = _PREFILTERS.setdefault(view, {})
+    key = (name, nbits)
+    if key not in per_view:
+        vec = view.vectors[name]
+        idx = PrefilterIndex.build(vec.values, vec.offsets, torch.arange(vec.n_slots), nbits=nbits,
+                                   device=vec.device)
+        dead = torch.nonzero(~vec.alive.cpu()).squeeze(1)
+        if dead.numel():
+            idx.delete(dead)
+        log.info("colgraph_engine: built a prefilter over store %r (%r)", name, idx)
+        per_view[key] = idx
+    return per_view[key]
+
+
+def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: PipelineConfig, best: torch.Tensor,
+                    col: torch.Tensor, paths: list[str]) -> bool:
+    """Scores store `name` through the prefilter when the auto choice (or the config) says so:
+    fills `best` and returns True; returns False when exact MaxSim should run instead."""
+    from ..index import AutoSearcher
+    n_live = int(store.alive.sum())
+    if n_live == 0:
+        return False
+    idx = _prefilter_for(view, name, cfg.prefilter_nbits)
+    k = min(n_live, max(cfg.prefilter_units, cfg.kd))
+    path, reason = AutoSearcher(view.index.stores[name], idx).choose(k, cfg.prefilter_mode)
+    paths.append(f"{name}: {path} ({reason})")
+    if path != "prefilter":
+        return False
+    res = idx.search(sub_v.float(), sub_o, k)
+    slots = res.ids.cpu()
+    found = slots >= 0
+    s = torch.where(found, res.scores.cpu(), float("-inf"))
+    docs = col[slots.clamp(min=0)]
+    best.scatter_reduce_(1, docs, s, reduce="amax", include_self=True)
+    return True
+
+
+def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray,
+                 cfg: PipelineConfig | None = None, paths: list[str] | None = None) -> tuple[torch.Tensor, int]:
     """``[len(rows), D]`` best unit score per document (-inf where it has none) for query rows."""
     nq, d = rows.size, view.n_documents
     best = torch.full((nq, d), float("-inf"))
@@ -50,10 +107,17 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray)
         if store is None or store.n_slots == 0:
             continue
         col = torch.from_numpy(np.searchsorted(view.numbers, view.stores[name].doc))  # [N] document column
+        if ranker == "prefilter":
+            if _prefilter_side(view, name, store, sub_v, sub_o, cfg, best, col, paths):
+                units += store.n_slots
+                continue
+            ranker_here = "maxsim"
+        else:
+            ranker_here = ranker
         # units in slices, so the scores held at once are [nq, UNIT_CHUNK], never [nq, N]
         for a in range(0, store.n_slots, UNIT_CHUNK):
             b = min(store.n_slots, a + UNIT_CHUNK)
-            s = score_all(store, sub_v, sub_o, ranker, a, b)                           # [nq, b - a]
+            s = score_all(store, sub_v, sub_o, ranker_here, a, b)                      # [nq, b - a]
             best.scatter_reduce_(1, col[a:b].expand(nq, -1), s, reduce="amax", include_self=True)
         units += store.n_slots
     return best, units
@@ -70,15 +134,20 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
     sides: list[list[str]] = [[] for _ in range(nq)]
     per_side = []
     units = [0] * nq
+    paths: list[dict[str, str]] = [{} for _ in range(nq)]
     for side, stores, packed, rows in (("text", TEXT_STORES, text_q, text_rows),
                                        ("image", IMAGE_STORES, image_q, image_rows)):
         if not rows.size:
             continue
-        s, u = _side_scores(view, stores, *packed, cfg.recall_ranker, rows)
+        side_paths: list[str] = []
+        s, u = _side_scores(view, stores, *packed, cfg.recall_ranker, rows, cfg, side_paths)
         per_side.append((rows, s))
         for r in rows.tolist():
             sides[r].append(side)
             units[r] += u
+            for p in side_paths:
+                store_name, _, what = p.partition(": ")
+                paths[r][store_name] = what
     d = view.n_documents
     fused = torch.zeros((nq, d), dtype=torch.float64)
     seen = torch.zeros((nq, d), dtype=torch.bool)
@@ -110,4 +179,4 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
         keep = torch.isfinite(sc)
         docs.append(view.numbers[o[keep].numpy()])
         scores.append(sc[keep].numpy().astype(np.float32))
-    return Recall(docs, scores, [tuple(s) for s in sides], units)
+    return Recall(docs, scores, [tuple(s) for s in sides], units, paths)
