@@ -4,6 +4,15 @@
                          [--max-batch 32] [--max-wait-ms 5] [--queue-size 256]
                          [--token TOKEN | --token-env VAR] [--cors-origin URL ...]
                          [--max-query-mb 16] [--max-upload-mb 64] [--kd N --kg N --hops N --k N]
+                         [--generator-model M [--generator-url URL]] [--api-key-env VAR]
+                         [--llm-url URL --llm-model M --vision-model M --caption-model M ...] [--ocr]
+
+``--generator-model`` answers requests that ask for it (``"answer": true``) through an
+OpenAI-compatible endpoint (``--generator-url``; the key from ``--api-key-env``, default
+``OPENAI_API_KEY``). Uploads (``POST /documents``) are ingested offline unless the model hooks of
+``colgraph index add`` are named: ``--llm-url`` with ``--llm-model`` (text extraction),
+``--vision-model``, ``--caption-model``, ``--gleaning``, ``--concurrency``, ``--timeout``,
+``--cache`` (default ``INDEX.llm-cache``); ``--ocr`` reads pages without a text layer.
 
 The server listens on 127.0.0.1 unless told otherwise. On SIGINT/SIGTERM it stops accepting
 connections, answers every request already received (the batcher drains its queue), then exits.
@@ -14,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 
 def add_parser(sub) -> None:
@@ -39,6 +49,20 @@ def add_parser(sub) -> None:
                    choices=("critical", "error", "warning", "info", "debug"))
     for name in ("kd", "kg", "hops", "k"):
         p.add_argument(f"--{name}", type=int, default=None, help=f"default {name} of queries without overrides")
+    p.add_argument("--generator-model", dest="generator_model", default=None,
+                   help="model answering requests with answer=true (OpenAI-compatible endpoint)")
+    p.add_argument("--generator-url", dest="generator_url", default=None, help="its endpoint, e.g. http://host/v1")
+    p.add_argument("--api-key-env", dest="api_key_env", default="OPENAI_API_KEY",
+                   help="environment variable holding the endpoint's API key")
+    p.add_argument("--llm-url", dest="llm_url", default=None, help="endpoint of the upload model hooks")
+    p.add_argument("--llm-model", dest="llm_model", default=None, help="model for text extraction of uploads")
+    p.add_argument("--vision-model", dest="vision_model", default=None)
+    p.add_argument("--caption-model", dest="caption_model", default=None)
+    p.add_argument("--gleaning", type=int, default=1)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--cache", default=None, help="model reply cache folder (default INDEX.llm-cache)")
+    p.add_argument("--ocr", action="store_true", help="OCR uploaded pages without a text layer (RapidOCR)")
 
 
 def build_app(args):
@@ -58,8 +82,23 @@ def build_app(args):
                             token=token, cors_origins=tuple(args.cors_origins),
                             max_query_bytes=int(args.max_query_mb * (1 << 20)),
                             max_upload_bytes=int(args.max_upload_mb * (1 << 20)))
+    generator = None
+    if args.generator_url and not args.generator_model:
+        raise ValueError("--generator-url: name the model too (--generator-model)")
+    if args.generator_model:
+        from .pipeline import OpenAIGenerator
+        generator = OpenAIGenerator(args.generator_model, base_url=args.generator_url,
+                                    api_key=os.environ.get(args.api_key_env), timeout=args.timeout)
+    from .cli_index import _hooks  # the same model hooks as `colgraph index add`
+    if args.cache is not None:
+        args.cache = Path(args.cache)
+    ingest_options = dict(_hooks(args, Path(args.index)))
+    if args.ocr:
+        from .encoders.ocr import RapidOcr
+        ingest_options["reader_options"] = {"ocr": RapidOcr()}
     index, enc = _open_index(args.index, args.encoders)
-    return create_app(index, enc, pipeline_config=config, service=service)
+    return create_app(index, enc, pipeline_config=config, service=service, generator=generator,
+                      ingest_options=ingest_options)
 
 
 def run(args) -> int:

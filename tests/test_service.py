@@ -575,3 +575,43 @@ def test_finish_runs_in_the_worker_and_its_failure_stays_with_its_query(template
         assert out[i].batch_size == 3
         assert comparable(json.loads(out[i].payload)) == comparable(json.loads(json_bytes(
             pipe.retrieve(Query(QUESTIONS[i])).as_dict())))
+
+
+def test_colgraph_serve_model_options_answer_and_extract_through_an_endpoint(index_dir):
+    """--generator-model answers 'answer: true' requests; --llm-model extracts uploads (both on a
+    real loopback stand-in of an OpenAI-compatible endpoint)."""
+    import argparse
+
+    from colgraph_engine import cli_serve
+    from colgraph_engine.ingest import prompts
+    from colgraph_engine.pipeline import OpenAIGenerator
+    from tests.chat_standin import chat_standin
+
+    d = prompts.DELIMITER
+    records = "\n".join([d.join(("entity", "Velmora Harbour", "location", "A harbour town.")),
+                         d.join(("entity", "Kestrel Dynamics", "organization", "A shipyard company.")),
+                         d.join(("relation", "Velmora Harbour", "Kestrel Dynamics", "shipyard",
+                                 "Kestrel Dynamics builds ships in Velmora Harbour.")), prompts.COMPLETE])
+
+    def reply(req):
+        if req["messages"][0]["content"] == OpenAIGenerator.SYSTEM:
+            return "The answer is 42."
+        return records if len(req["messages"]) == 2 else prompts.COMPLETE
+
+    with chat_standin(reply) as (url, server):
+        ap = argparse.ArgumentParser()
+        cli_serve.add_parser(ap.add_subparsers(dest="command"))
+        args = ap.parse_args(["serve", str(index_dir), "--generator-model", "gen", "--generator-url", url,
+                              "--llm-url", url, "--llm-model", "extract", "--timeout", "5"])
+        with TestClient(cli_serve.build_app(args)) as c:
+            r = c.post("/documents", files=[("files", ("harbour.txt", b"Ships are built in the harbour town.",
+                                                      "text/plain"))])
+            assert r.status_code == 200 and r.json()["documents"][0]["entities"] == 2, r.text
+            r = c.post("/query", json={"question": "Which company builds ships in Velmora Harbour?", "answer": True,
+                                       "config": {"kd": 1}})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["documents"][0]["doc_id"] == "harbour.txt" and "Kestrel Dynamics" in body["context"]
+            assert body["answer"] == {"text": "The answer is 42.", "error": None}
+        assert {q["model"] for q in server.requests} == {"gen", "extract"}
+    assert (index_dir.parent / "index.llm-cache").is_dir()  # the same reply cache as `colgraph index add`
