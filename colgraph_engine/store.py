@@ -408,9 +408,8 @@ class PackedStore:
         packed values with CPU `q_offsets`, and either they are on the host (checked there,
         before the copy) or ``assume_finite=True`` (no check). Device-resident offsets cost one read."""
         if q_offsets is None:
-            lengths = None if isinstance(queries, torch.Tensor) else [getattr(x, "shape", (0,))[0] for x in queries]
-            qv, qo = pack(queries, name="queries")
-            ql = torch.tensor(lengths, dtype=torch.int64) if lengths is not None else _ops.host_lengths(qo)
+            qv, qo = pack(queries, name="queries")  # validates: after it, queries is a sequence of [L_i, d]
+            ql = torch.tensor([x.shape[0] for x in queries], dtype=torch.int64)
         else:
             qv = check_values(queries, "queries")
             host_offsets = isinstance(q_offsets, torch.Tensor) and q_offsets.device.type == "cpu"
