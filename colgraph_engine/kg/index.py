@@ -24,10 +24,11 @@ parts, not documents (document ids, numbers and per-document columns live in the
 rewrites a manifest whose size grows with the number of parts, not of documents.
 
 ``manifest.json`` is the commit point. Adding documents appends their rows to the vector files
-and writes a new part file under a name no manifest lists yet; the appended files and the part
-are fsync'ed together (concurrently), then the parts folder; then the change replaces the manifest
-(temporary file, fsync, ``os.replace``, fsync of the folder): a constant number of fsyncs per
-commit (one per store that got rows, plus four), however many documents and arrays. Removing one
+and writes a new part file under a name no manifest lists yet; then the change replaces the
+manifest (temporary file, fsync, ``os.replace``, fsync of the folder). The appended files, the
+part, the parts folder and the manifest's temporary file are fsync'ed together (concurrently)
+before the rename: a constant number of fsyncs per commit (one per store that got rows, plus
+four) in two rounds, however many documents and arrays. Removing one
 writes new, compacted vector files for the stores it had rows in (a new tag, never the file a
 reader maps) and a new part for the documents that shared its part, in that part's place of the
 order. Only after the manifest is replaced are parts the new manifest no longer names deleted. A
@@ -80,6 +81,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -652,11 +654,13 @@ class KnowledgeIndex:
         return name, {"sha256": sha, "documents": len(docs), "counts": counts}
 
     def _commit(self, parts: dict[str, dict], *, vectors: dict[str, dict] | None = None,
-                next_number: int | None = None) -> None:
+                next_number: int | None = None, pending: Sequence[int] = ()) -> None:
         """Replaces the manifest with one that lists `parts` (name -> entry, in document order)
         and vector files `vectors` (default: unchanged), then deletes the parts and vector files
         no manifest names. The manifest lists parts, not documents: its size grows with the
-        number of commits that added parts, not with the documents in them."""
+        number of commits that added parts, not with the documents in them. `pending`: open
+        files and folders the commit's files were written to, fsync'ed together with the new
+        manifest's temporary file before it replaces the old one."""
         vectors = self._vectors if vectors is None else vectors
         next_number = self._next_number if next_number is None else next_number
         totals = dict.fromkeys(_COUNTED, 0)
@@ -668,7 +672,8 @@ class KnowledgeIndex:
             "next_doc_number": next_number, "parts": [{"name": n, **e} for n, e in parts.items()],
             "vectors": vectors, "totals": {"documents": sum(e["documents"] for e in parts.values()), **totals},
         }
-        _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True))
+        _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True),
+                      pending)
         self._manifest_stat = _stat_key(self.path / "manifest.json")
         self._generation += 1
         self._parts = dict(parts)
@@ -933,14 +938,14 @@ class KnowledgeIndex:
 
     def _append_committed(self, stored: list[StoredDocument]) -> str:
         """Appends the documents' rows to the vector files, writes their part file and commits
-        (writer lock held); returns the part's name. The appended vector files and the part file
-        are fsync'ed together (concurrently), then the parts folder, then the manifest and the
-        index folder: a constant number of fsyncs per commit, however many documents and
-        arrays. On failure, cuts the files back to their committed rows and removes the part (a
+        (writer lock held); returns the part's name. The appended vector files, the part file,
+        the parts folder and the new manifest are fsync'ed together (concurrently), then the
+        index folder after the rename: a constant number of fsyncs per commit, however many
+        documents and arrays. On failure, cuts the files back to their committed rows and removes the part (a
         crash leaves both to the next writer)."""
         rows = {s: disk_rows(stored, s, d, self.dtype) for s, d in self.dims.items()}
         appended, files = {}, []
-        part = ""
+        part, folder = "", None
         try:
             for store, data in rows.items():
                 committed = self._vectors[store]["rows"] * self._row_bytes(store)
@@ -952,12 +957,12 @@ class KnowledgeIndex:
                     for s, r in rows.items()}
             part, entry = self._write_part(stored, shas, fsync=False)
             files.append(open(self.path / "parts" / part, "rb"))
-            _fsync_all([f.fileno() for f in files])
-            _atomic.fsync_dir(self.path / "parts")
+            folder = os.open(self.path / "parts", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))  # the part's name
             vectors = {s: {"file": v["file"], "rows": v["rows"] + int(rows[s].shape[0])}
                        for s, v in self._vectors.items()}
             self._commit({**self._parts, part: entry}, vectors=vectors,
-                         next_number=max([self._next_number] + [d.number + 1 for d in stored]))
+                         next_number=max([self._next_number] + [d.number + 1 for d in stored]),
+                         pending=[f.fileno() for f in files] + [folder])
         except BaseException:
             if part:
                 (self.path / "parts" / part).unlink(missing_ok=True)
@@ -968,6 +973,8 @@ class KnowledgeIndex:
         finally:
             for f in files:
                 f.close()
+            if folder is not None:
+                os.close(folder)
         return part
 
     def _remove_committed(self, doc_id: str) -> None:
@@ -1169,14 +1176,16 @@ def _part_sha(path: Path) -> str | None:
     return _atomic.sha256_file(mf) if mf.is_file() else None
 
 
-def _replace_file(path: Path, text: str) -> None:
-    """Atomically replaces `path` with `text` (temporary file, fsync, rename, fsync folder)."""
+def _replace_file(path: Path, text: str, pending: Sequence[int] = ()) -> None:
+    """Atomically replaces `path` with `text` (temporary file, fsync, rename, fsync folder).
+    `pending`: open files (descriptors) that must be on disk before the rename; they are
+    fsync'ed together with the temporary file."""
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            _fsync_all([f.fileno(), *pending])
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -1223,16 +1232,20 @@ def _append_rows(path: Path, committed_bytes: int, data: np.ndarray):
     return f
 
 
-def _fsync_all(fds: list[int]) -> None:
+def _fsync_all(fds: Sequence[int]) -> None:
     """fsyncs the files concurrently: one commit's files reach the disk in about the time of one
     fsync instead of one after another (``os.fsync`` releases the GIL)."""
     if len(fds) <= 1:
         for fd in fds:
             os.fsync(fd)
         return
-    with ThreadPoolExecutor(max_workers=min(len(fds), 16)) as pool:
-        for _ in pool.map(os.fsync, fds):  # re-raises the first failure
-            pass
+    for _ in _fsync_pool().map(lambda fd: os.fsync(fd), fds):  # re-raises the first failure
+        pass
+
+
+@functools.lru_cache(maxsize=1)
+def _fsync_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=16, thread_name_prefix="colgraph-fsync")
 
 
 def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
