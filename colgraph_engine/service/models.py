@@ -26,6 +26,8 @@ SERVICE_CAPS: dict[str, tuple[int, int]] = {
 _CHOICES = {"recall_side": _cfg.RECALL_SIDES, "recall_ranker": _cfg.RECALL_RANKERS, "fusion": _cfg.FUSIONS,
             "retrieval": _cfg.RETRIEVALS, "filter": _cfg.FILTERS, "visual_ranker": _cfg.VISUAL_RANKERS,
             "visual_units": _cfg.VISUAL_UNITS, "context_mode": _cfg.CONTEXT_MODES}
+if hasattr(_cfg, "PREFILTER_MODES"):
+    _CHOICES["prefilter_mode"] = _cfg.PREFILTER_MODES
 NOT_OVERRIDABLE = ("only_context",)
 
 
@@ -46,7 +48,8 @@ def _override_field(f: dataclasses.Field):
         return Optional[StrictInt], Field(None)
     if kind == "str":
         return Optional[StrictStr], Field(None)
-    raise TypeError(f"PipelineConfig.{name}: no override type for {kind!r}")  # a new field needs a rule here
+    # a setting of a type not listed here: any JSON value, checked by PipelineConfig itself
+    return Optional[Any], Field(None)
 
 
 ConfigOverrides = create_model(
