@@ -102,24 +102,26 @@ def test_centroid_scores_match_reference(index, corpus):
     assert torch.allclose(full, want, atol=1e-5)
 
 
-def test_exact_stage_matches_reference(index, corpus):
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_exact_stage_matches_reference(index, corpus, backend):
     s, qv, qo, S = _stage_inputs(index, corpus[1])
     pq = torch.arange(len(corpus[1])).repeat_interleave(s.n_slots)
     pd = torch.arange(s.n_slots).repeat(len(corpus[1]))                       # every pair, empty docs included
-    got = rescore.exact_scores(s, qv, qo, S, pq, pd, "torch")
+    got = rescore.exact_scores(s, qv, qo, S, pq, pd, backend)
     want = torch.tensor([reference.exact_score(s, corpus[1][q], p) for q, p in zip(pq.tolist(), pd.tolist())])
     finite = torch.isfinite(want)
     assert torch.equal(torch.isfinite(got), finite) and bool((~finite).any())   # empty documents: -inf
     assert torch.allclose(got[finite], want[finite].float(), atol=1e-4)
 
 
-def test_exact_stage_in_blocks(index, corpus, monkeypatch):
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_exact_stage_in_blocks(index, corpus, monkeypatch, backend):
     s, qv, qo, S = _stage_inputs(index, corpus[1])
-    pq = torch.zeros(s.n_slots, dtype=torch.int64)
-    pd = torch.arange(s.n_slots)
-    whole = rescore.exact_scores(s, qv, qo, S, pq, pd, "torch")
-    monkeypatch.setattr(rescore, "BLOCK_TOKENS", 7)   # documents split across blocks
-    assert torch.equal(rescore.exact_scores(s, qv, qo, S, pq, pd, "torch"), whole)
+    pq = torch.arange(3).repeat_interleave(s.n_slots)
+    pd = torch.arange(s.n_slots).repeat(3)
+    whole = rescore.exact_scores(s, qv, qo, S, pq, pd, backend)
+    monkeypatch.setattr(rescore, "BLOCK_TOKENS", 7)   # documents split across blocks / chunks
+    assert torch.equal(rescore.exact_scores(s, qv, qo, S, pq, pd, backend), whole)
 
 
 @pytest.mark.parametrize("k,ndocs", [(3, 8), (5, 200)])
@@ -160,4 +162,10 @@ def test_recall_against_exact_on_clustered_data():
     hit1 = float((res.ids[:, 0] == targets).float().mean())
     assert recall >= 0.9, recall
     assert hit1 >= 0.95, hit1
-    assert res.path == "prefilter" and res.stats["backend"] == "torch"
+    assert res.path == "prefilter" and res.stats["backend"] == "native"
+    # the exact stage on the store's original vectors: the scores are the store's own
+    on_store = idx.search(queries, k=10, store=store)
+    assert on_store.stats["backend"] == "store"
+    co = torch.arange(len(queries) + 1) * 10
+    want = store.score_candidates(queries, None, co, on_store.ids.reshape(-1)).view(len(queries), 10)
+    assert torch.allclose(on_store.scores, want)

@@ -175,8 +175,8 @@ class PrefilterIndex:
             k: results per query; ValueError when larger than the live documents.
             ncells, centroid_score_threshold, ndocs: override PLAID's defaults for k.
             allowed: optional per-query id lists (restricted search); exact_allowed: see :mod:`.search`.
-            backend: exact stage: ``"triton"`` (CUDA, or the interpreter), ``"torch"``; default:
-                triton on CUDA, torch elsewhere.
+            backend: exact stage: ``"triton"`` (CUDA, or the interpreter), ``"native"`` (CPU,
+                C++), ``"torch"``; default: triton on CUDA, native on the CPU.
             store: optional :class:`~colgraph_engine.store.PackedStore` holding the original
                 vectors under the same ids: the exact stage then scores the shortlist on them
                 (``store.score_candidates``) instead of the decoded vectors.
@@ -323,15 +323,14 @@ class PrefilterIndex:
 
 
 def resolve_backend(device: torch.device, backend: str | None) -> str:
-    """The exact stage's backend: ``triton`` on CUDA (or under the interpreter when named),
-    else ``torch``. ``"native"`` is accepted as an alias of the CPU path (vectorised torch)."""
+    """The exact stage's backend (see :mod:`.rescore`): the caller's, else ``COLGRAPH_BACKEND``,
+    else ``triton`` on CUDA and ``native`` on the CPU, falling back to ``torch``. A backend
+    named explicitly runs or raises ValueError with the reason."""
     wanted = _backend.requested_backend(backend)
-    if wanted == "native":
-        wanted = "torch"
     if wanted is None:
-        return "triton" if device.type == "cuda" and _backend._why_not("triton", device) is None else "torch"
-    if wanted == "triton":
-        why = _backend._why_not("triton", device)
-        if why is not None:
-            raise ValueError(f"backend 'triton' cannot run the prefilter's exact stage: {why}")
+        preferred = "triton" if device.type == "cuda" else "native"
+        return preferred if _backend._why_not(preferred, device) is None else "torch"
+    why = _backend._why_not(wanted, device)
+    if why is not None:
+        raise ValueError(f"backend {wanted!r} cannot run the prefilter's exact stage: {why}")
     return wanted

@@ -11,7 +11,12 @@ Backends:
               streams the document's codes and packed residual bytes, decodes a tile of tokens in
               registers, multiplies it with the resident query tile and keeps the running max;
               decoded vectors never reach memory.
-  ``torch``   (CPU and any device) per query, tokens of its shortlisted documents are taken in
+  ``native``  (CPU) the shortlisted documents of a block of queries are decoded once each (a
+              document shared by several queries is decoded once), in chunks of at most
+              ``BLOCK_TOKENS`` tokens (a 16 MiB float32 scratch at d = 128), and each chunk's
+              pairs are scored by the C++ MaxSim kernel (``colgraph_engine._core``, AVX-512
+              where present); only a chunk is ever decoded, never the shortlist as a whole.
+  ``torch``   (any device) per query, tokens of its shortlisted documents are taken in
               blocks of at most ``BLOCK_TOKENS`` rows: the residual bytes of a block are decoded
               through a ``[256, 8 / nbits]`` byte table into a scratch block, multiplied with the
               query, and the centroid part is gathered from ``S``; only that block is ever
@@ -38,7 +43,36 @@ def exact_scores(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, S: torch
         from ..kernels import prefilter as kp
         return kp.score_pairs(qv.float().contiguous(), qo, state.centroids, state.weights.to(qv.device),
                               state.codes, state.residuals, state.offsets, pair_q, pair_doc, state.nbits)
+    if backend == "native":
+        return _native_scores(state, qv, qo, pair_q, pair_doc)
     return _torch_scores(state, qv, qo, S, pair_q, pair_doc)
+
+
+def _native_scores(state, qv, qo, pair_q, pair_doc):
+    from ..ops import _native_impl
+    table = codec.byte_table(state.weights, state.nbits)
+    qv = qv.float().contiguous()
+    uniq, inv = torch.unique(pair_doc, return_inverse=True)                 # documents decoded once
+    lengths = (state.offsets[uniq + 1] - state.offsets[uniq]).tolist()
+    out = torch.empty(pair_q.numel(), dtype=torch.float32)
+    nq = qo.numel() - 1
+    a = 0
+    while a < len(lengths):
+        b, tokens = a + 1, lengths[a]
+        while b < len(lengths) and tokens + lengths[b] <= BLOCK_TOKENS:
+            tokens += lengths[b]
+            b += 1
+        owner, rows = _expand_csr(state.offsets, uniq[a:b])
+        x = torch.nn.functional.embedding(state.codes[rows].long(), state.centroids)
+        x += torch.nn.functional.embedding(state.residuals[rows].long(), table).view(rows.numel(), state.dim)
+        xo = torch.zeros(b - a + 1, dtype=torch.int64)
+        torch.cumsum(torch.tensor(lengths[a:b], dtype=torch.int64), 0, out=xo[1:])
+        sel = torch.nonzero((inv >= a) & (inv < b)).squeeze(1)              # pairs sorted by query
+        co = torch.zeros(nq + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(pair_q[sel], minlength=nq), 0, out=co[1:])
+        out[sel] = _native_impl.maxsim_candidates(qv, qo, x, xo, co, inv[sel] - a)
+        a = b
+    return out
 
 
 def _torch_scores(state, qv, qo, S, pair_q, pair_doc):
