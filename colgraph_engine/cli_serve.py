@@ -43,6 +43,8 @@ def add_parser(sub) -> None:
     p.add_argument("--token-env", dest="token_env", default=None, help="environment variable holding the token")
     p.add_argument("--cors-origin", dest="cors_origins", action="append", default=[],
                    help="an allowed CORS origin (repeat; default: CORS off)")
+    p.add_argument("--reload-interval", dest="reload_interval", type=float, default=2.0,
+                   help="seconds between checks for commits of other processes (0: off)")
     p.add_argument("--max-query-mb", dest="max_query_mb", type=float, default=16.0)
     p.add_argument("--max-upload-mb", dest="max_upload_mb", type=float, default=64.0)
     p.add_argument("--log-level", dest="log_level", default="info",
@@ -79,7 +81,7 @@ def build_app(args):
     changes = {k: getattr(args, k) for k in ("kd", "kg", "hops", "k") if getattr(args, k) is not None}
     config = PipelineConfig().replace(**changes)
     service = ServiceConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
-                            token=token, cors_origins=tuple(args.cors_origins),
+                            token=token, cors_origins=tuple(args.cors_origins), reload_interval_s=args.reload_interval,
                             max_query_bytes=int(args.max_query_mb * (1 << 20)),
                             max_upload_bytes=int(args.max_upload_mb * (1 << 20)))
     generator = None

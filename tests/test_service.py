@@ -615,3 +615,24 @@ def test_colgraph_serve_model_options_answer_and_extract_through_an_endpoint(ind
             assert body["answer"] == {"text": "The answer is 42.", "error": None}
         assert {q["model"] for q in server.requests} == {"gen", "extract"}
     assert (index_dir.parent / "index.llm-cache").is_dir()  # the same reply cache as `colgraph index add`
+
+
+def test_commits_of_another_process_are_served_and_writes_still_go_through(index_dir):
+    from colgraph_engine.kg import DocumentInput
+
+    app = create_app(KnowledgeIndex.open(index_dir, ENC), ENC, service=ServiceConfig(reload_interval_s=0.05))
+    with TestClient(app) as c:
+        assert c.get("/health").json()["documents"] == 7
+        other = KnowledgeIndex.open(index_dir, ENC)  # e.g. `colgraph index add` while the service runs
+        other.add_documents([DocumentInput("outside.txt", [OBSERVATORY_NOTE.decode()])])
+        deadline = time.monotonic() + 20
+        while c.get("/health").json()["documents"] != 8:
+            assert time.monotonic() < deadline, "the other process's commit was not picked up"
+            time.sleep(0.05)
+        r = c.post("/query", json={"question": "Who built the Zorvandel observatory?", "config": {"kd": 1}})
+        assert r.json()["documents"][0]["doc_id"] == "outside.txt"
+        # the service's writer opened the index before that commit: it reopens and retries
+        r = c.post("/documents", files=[("files", ("inside.txt", b"A second note about harbours.", "text/plain"))])
+        assert r.status_code == 200 and r.json()["total_documents"] == 9
+    on_disk = KnowledgeIndex.open(index_dir, ENC).documents
+    assert len(on_disk) == 9 and {"inside.txt", "outside.txt"} <= set(on_disk)

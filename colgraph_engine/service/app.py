@@ -21,10 +21,12 @@ through :class:`~.batcher.DynamicBatcher` over :class:`~.state.IndexState`'s cur
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
 import json
+import logging
 import math
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -51,6 +53,7 @@ from .state import IndexState
 from .writer import IndexWriter, ReadOnly, WriterBusy
 
 MiB = 1 << 20
+log = logging.getLogger("colgraph_engine")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class ServiceConfig:
     request, ``max_upload_files`` files per upload, ``max_image_pixels`` per query image,
     ``max_pending_writes`` index changes waiting. ``retry_after_s``: the Retry-After of a 429/503.
     ``token``: bearer token required by every route but ``/health`` (None: open).
+    ``reload_interval_s``: how often the index directory is checked for commits made by other
+    processes (one ``stat`` of the manifest), which are then served; 0 turns it off.
     ``cors_origins``: allowed origins (empty: no CORS headers at all).
     """
     max_batch: int = 32
@@ -76,6 +81,7 @@ class ServiceConfig:
     max_image_pixels: int = 25_000_000
     max_pending_writes: int = 8
     retry_after_s: int = 1
+    reload_interval_s: float = 2.0
     token: str | None = None
     cors_origins: tuple[str, ...] = ()
 
@@ -88,6 +94,9 @@ class ServiceConfig:
         if isinstance(self.max_wait_ms, bool) or not isinstance(self.max_wait_ms, (int, float)) \
                 or not 0 <= self.max_wait_ms <= 10_000:
             raise ValueError(f"max_wait_ms: expected milliseconds in [0, 10000], got {self.max_wait_ms!r}")
+        if isinstance(self.reload_interval_s, bool) or not isinstance(self.reload_interval_s, (int, float)) \
+                or not 0 <= self.reload_interval_s <= 86_400:
+            raise ValueError(f"reload_interval_s: expected seconds in [0, 86400], got {self.reload_interval_s!r}")
         if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
             raise ValueError("token: expected None or a non-empty string")
         if not isinstance(self.cors_origins, tuple) or not all(isinstance(o, str) and o for o in self.cors_origins):
@@ -216,12 +225,26 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
     writer = IndexWriter(state, max_pending=service.max_pending_writes, metrics=metrics,
                          ingest_options=ingest_options)
 
+    async def watch_directory():
+        while True:
+            await asyncio.sleep(service.reload_interval_s)
+            try:
+                if await writer.reload_if_changed():
+                    _publish_index_metrics(metrics, state)
+            except Exception as exc:  # a damaged commit of another process: keep serving, say so
+                log.warning("colgraph serve: cannot open the index's new generation (%s); still serving %d",
+                            exc, state.snapshot.generation)
+
     @asynccontextmanager
     async def lifespan(app):
         await batcher.start()
+        watcher = asyncio.get_running_loop().create_task(watch_directory()) \
+            if service.reload_interval_s > 0 and state.writable else None
         try:
             yield
         finally:
+            if watcher is not None:
+                watcher.cancel()
             await batcher.close()  # every queued query is answered first
             writer.close()
 

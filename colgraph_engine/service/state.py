@@ -16,6 +16,8 @@ in the README).
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -24,6 +26,18 @@ from ..kg import Encoders, KnowledgeIndex
 from ..pipeline import Pipeline, PipelineConfig, Query, Result
 
 MAX_PIPELINES = 16  # configs kept per snapshot (ours): each keeps an IndexView of the graph's arrays
+
+
+def manifest_stamp(path: Path | None) -> tuple | None:
+    """What identifies one committed generation cheaply: the manifest file's inode, size and
+    modification time (every commit replaces the file). None when there is no such file."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path / "manifest.json")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class Snapshot:
@@ -35,6 +49,7 @@ class Snapshot:
         # no public accessor exists)
         self.generation = int(getattr(index, "_generation", 0))
         self.documents = len(index)
+        self.stamp: tuple | None = None  # manifest_stamp taken before the index was opened
         self._pipelines: OrderedDict[PipelineConfig, Pipeline] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -84,6 +99,7 @@ class IndexState:
         self.encoders, self.default, self.generator = encoders, default, generator
         Pipeline(index, encoders, default)  # refuses mismatched encoders before serving anything
         self.snapshot = Snapshot(index, encoders, default, generator)
+        self.snapshot.stamp = self._stamp_if_current(self.snapshot.generation)
         self._writer_index: KnowledgeIndex | None = None
 
     @property
@@ -103,12 +119,33 @@ class IndexState:
             self._writer_index = KnowledgeIndex.open(self.path, self.encoders, verify=False)
         return self._writer_index
 
+    def _stamp_if_current(self, generation: int) -> tuple | None:
+        """The manifest's stamp when it holds `generation` (else None: the snapshot is older than
+        the directory, and the next :meth:`changed_on_disk` says so)."""
+        stamp = manifest_stamp(self.path)
+        if stamp is None:
+            return None
+        try:
+            with open(self.path / "manifest.json", encoding="utf-8") as f:
+                on_disk = json.load(f).get("generation")
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+        return stamp if on_disk == generation and stamp == manifest_stamp(self.path) else None
+
+    def changed_on_disk(self) -> bool:
+        """Whether the directory holds a commit the served snapshot was not opened at (another
+        process's, e.g. ``colgraph index add``)."""
+        return self.path is not None and manifest_stamp(self.path) != self.snapshot.stamp
+
     def refresh(self) -> Snapshot:
         """Opens the committed generation as a new snapshot, warms it and publishes it."""
-        # the files were written and checksummed by our own writer a moment ago: sizes and
-        # structure are still checked, the sha256 pass over every vector file is skipped
+        stamp = manifest_stamp(self.path)  # before opening: a commit in between is seen next time
+        # the files were written and checksummed by a writer (ours, or another process's, which
+        # verifies its own) : sizes and structure are still checked, the sha256 pass over every
+        # vector file is skipped
         index = KnowledgeIndex.open(self.path, self.encoders, verify=False)
         snap = Snapshot(index, self.encoders, self.default, self.generator)
+        snap.stamp = stamp
         snap.warm()
         self.snapshot = snap  # one assignment: a batch sees the old snapshot or the new one
         return snap

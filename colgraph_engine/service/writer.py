@@ -15,7 +15,8 @@ their path (the generator shows them); otherwise it is deleted.
 
 Conflicts: when another process changed the index since the writer opened it, the writer
 reopens it and tries once more; when another process holds the writer lock, the change is
-refused (:class:`~colgraph_engine.kg.IndexConflictError`, answered 409).
+refused (:class:`~colgraph_engine.kg.IndexConflictError`, answered 409). Commits made by other
+processes reach readers through :meth:`IndexWriter.reload_if_changed` (the service polls it).
 """
 from __future__ import annotations
 
@@ -110,6 +111,23 @@ class IndexWriter:
                 raise ValueError(f"files[{i}]: two files are named {name!r}")
             seen.add(name)
         return await self._run("add", self._add, files)
+
+    async def reload_if_changed(self) -> bool:
+        """Publishes a commit another process made (queued behind this service's own changes;
+        skipped while one is waiting, since it publishes the directory's state anyway)."""
+        if not self.state.writable or self._pending or not self.state.changed_on_disk():
+            return False
+        self._pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._reload)
+        finally:
+            self._pending -= 1
+
+    def _reload(self) -> bool:
+        if not self.state.changed_on_disk():
+            return False
+        self.state.refresh()
+        return True
 
     async def remove(self, doc_id: str) -> None:
         """Removes one document (ValueError when the index has no such document)."""
