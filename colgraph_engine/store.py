@@ -606,11 +606,14 @@ class PackedStore:
         ids = _as_id_tensor(ids, "ids").to(values.device)
         if ids.numel() != offsets.numel() - 1:
             raise ValueError(f"ids: expected {offsets.numel() - 1} ids (one per item), got {ids.numel()}")
-        if ids.numel() and (int(ids.min()) < 0 or torch.unique(ids).numel() != ids.numel()):
+        # ascending ids (the knowledge index's) are unique and their own sorted lookup: no sort
+        rising = ids.numel() < 2 or bool((ids[1:] > ids[:-1]).all())
+        if ids.numel() and (int(ids.min()) < 0 or not rising and torch.unique(ids).numel() != ids.numel()):
             raise ValueError("ids: expected unique non-negative ids")
         store._buf = values
+        lookup = (ids, torch.arange(ids.numel(), device=values.device)) if rising else None
         store._snap = StoreSnapshot(values, offsets, ids, torch.ones(ids.numel(), dtype=torch.bool, device=values.device),
-                                    int(ids.max()) + 1 if ids.numel() else 0, ids.numel())
+                                    int(ids.max()) + 1 if ids.numel() else 0, ids.numel(), lookup=lookup)
         return store
 
     def extend_wrapped(self, values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor) -> None:

@@ -1,7 +1,6 @@
 """PackedStore grows in O(k) amortised per add of k items: offsets, ids, alive and the sorted-id
 lookup live in capacity-doubling buffers (counted here, not timed), published snapshots stay
 unchanged, and the lookup kept incrementally equals a fresh sort on every path."""
-import numpy as np
 import pytest
 import torch
 
@@ -111,3 +110,18 @@ def test_extend_wrapped_grows_in_place():
     assert store._cols.copied - copied <= 3 * 2 * 1010  # offsets, ids, alive: doubling only
     assert torch.equal(store.get(900), big[6 + 896:6 + 897])
     assert_lookup_fresh(store)
+
+
+def test_wrap_takes_rising_ids_as_their_own_lookup_and_still_checks_others(monkeypatch):
+    values = torch.randn(5, D)
+    offsets = torch.tensor([0, 1, 2, 3, 5])
+    sorts = SortCounter(monkeypatch)
+    rising = PackedStore.wrap(values, offsets, torch.tensor([3, 7, 1 << 40, (1 << 40) + 1]))
+    assert rising.positions([1 << 40, 3]).tolist() == [2, 0] and sorts.elements == 0  # no sort needed
+    assert_lookup_fresh(rising)
+    shuffled = PackedStore.wrap(values, offsets, torch.tensor([9, 2, 5, 4]))
+    assert shuffled.positions([2, 4, 5, 9]).tolist() == [1, 3, 2, 0]
+    assert_lookup_fresh(shuffled)
+    for bad in ([1, 1, 2, 3], [5, 2, 5, 1], [-1, 0, 1, 2]):
+        with pytest.raises(ValueError, match="unique non-negative"):
+            PackedStore.wrap(values, offsets, torch.tensor(bad))
