@@ -110,7 +110,8 @@ def compile_one(arch: int, kernel: str, vt: str, d: int, g: int, lqp: int, piece
                cp_async_16B=len(re.findall(r"cp\.async\.cg\.shared\.global[^;]*, 0x10", ptx)),
                cp_async_small=len(re.findall(r"cp\.async\.ca\.shared\.global[^;]*, 0x0?[1-8],", ptx)),
                tma=ptx.count("cp.async.bulk.tensor"),
-               # tiles still in flight when the loop waits for one: 0 = no prefetch in the loop
+               # copies still in flight when the loop waits for a tile: num_stages - 2 when the loop is
+               # pipelined (with 2 stages the next copy is issued just after the wait)
                prefetch=max((int(n) for n in re.findall(r"ttg\.async_wait [^\n]*\{num = (\d+)", k.asm["ttgir"])),
                             default=0), ld_b16_scalar=len(re.findall(r"ld\.global[^ ]*\.b16 ", ptx)),
                divisible_args=sorted(signature_name(fn, p) for p, a in attrs.items() if ["tt.divisibility", 16] in a),
