@@ -636,3 +636,25 @@ def test_commits_of_another_process_are_served_and_writes_still_go_through(index
         assert r.status_code == 200 and r.json()["total_documents"] == 9
     on_disk = KnowledgeIndex.open(index_dir, ENC).documents
     assert len(on_disk) == 9 and {"inside.txt", "outside.txt"} <= set(on_disk)
+
+
+def test_writer_queue_full_is_429(index_dir):
+    entered, release = threading.Event(), threading.Event()
+
+    def held_extractor(text: str) -> str:
+        entered.set()
+        release.wait(30)
+        return ""
+
+    app = create_app(KnowledgeIndex.open(index_dir, ENC), ENC, ingest_options={"extractor": held_extractor},
+                     service=ServiceConfig(max_pending_writes=1, retry_after_s=2))
+    with serving(app) as (url, _, _), httpx.Client(base_url=url, timeout=60) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/documents", files=[("files", ("a.txt", b"first note", "text/plain"))])
+        assert entered.wait(30)
+        r = c.post("/documents", files=[("files", ("b.txt", b"second note", "text/plain"))])
+        assert r.status_code == 429 and r.headers["retry-after"] == "2" and "limit 1" in r.json()["detail"]
+        r = c.delete("/documents/harbour-cafe")
+        assert r.status_code == 429
+        release.set()
+        assert first.result().status_code == 200
+        assert c.delete("/documents/harbour-cafe").status_code == 200
