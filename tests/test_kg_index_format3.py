@@ -148,10 +148,28 @@ def test_the_manifest_lists_parts_not_documents(tmp_path):
     KnowledgeIndex.create(many, ENC).add_documents([city_doc(i) for i in range(40)])
     size_one, size_many = ((p / "manifest.json").stat().st_size for p in (one, many))
     assert abs(size_many - size_one) < 64  # only the counts' digits differ
-    grown = KnowledgeIndex.open(many, ENC)
+
+
+def test_single_adds_keep_a_logarithmic_number_of_parts(tmp_path):
+    path = tmp_path / "idx"
+    idx = KnowledgeIndex.create(path, ENC)
+    scratch = KnowledgeIndex(ENC)
     sizes = []
-    for i in range(40, 43):
-        grown.add_document(city_doc(i))
-        sizes.append((many / "manifest.json").stat().st_size)
-    steps = np.diff([size_many] + sizes)
-    assert (steps > 0).all() and (steps < 400).all()  # one part entry per commit
+    for i in range(37):
+        idx.add_document(city_doc(i))
+        scratch.add_document(city_doc(i))
+        docs_per_part = [e["documents"] for e in idx._parts.values()]
+        assert sum(docs_per_part) == i + 1
+        assert all(a > b for a, b in zip(docs_per_part, docs_per_part[1:]))  # a binary counter: sizes fall
+        assert len(docs_per_part) <= (i + 1).bit_length()
+        sizes.append((path / "manifest.json").stat().st_size)
+        assert sorted(p.name for p in (path / "parts").iterdir()) == sorted(idx._parts)
+    assert max(sizes) < 3 * min(sizes)  # bounded by the parts, not growing with 37 documents
+    idx.remove_document("d5")
+    scratch.remove_document("d5")
+    idx.add_document(city_doc(99))
+    scratch.add_document(city_doc(99))
+    back = KnowledgeIndex.open(path, ENC, verify=True)  # merged parts' row checksums hold
+    assert_same_index(back, scratch)
+    assert_same_index(idx, scratch)
+    assert [d["doc_id"] for d in read_documents(path)] == scratch.documents

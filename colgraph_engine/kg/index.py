@@ -21,7 +21,10 @@ own sha256 sits in the index manifest): a chain of checksums from the manifest t
 Only the first ``rows`` rows of a vector file are committed; bytes past them are the leftovers of
 an interrupted append, ignored by readers and cut off by the next writer. The manifest lists
 parts, not documents (document ids, numbers and per-document columns live in the parts): a commit
-rewrites a manifest whose size grows with the number of parts, not of documents.
+rewrites a manifest whose size grows with the number of parts, not of documents; and an added part
+absorbs the parts at the end of the list that hold no more documents than it has gathered (a
+binary counter), so an index grown one document at a time keeps about log2(documents) + 1 parts,
+each document's graph rewritten O(log documents) times amortised (vector rows never move).
 
 ``manifest.json`` is the commit point. Adding documents appends their rows to the vector files
 and writes a new part file under a name no manifest lists yet; then the change replaces the
@@ -936,14 +939,37 @@ class KnowledgeIndex:
             self.stores[s] = PackedStore.wrap(self._map_store(s), st.offsets, st.ids)
         self._changes += 1
 
+    def _merged_tail(self, n_new: int) -> list[str]:
+        """The documents (ids, in order) of the parts at the end of the list that a new part of
+        `n_new` documents absorbs: going back from the end, each part that holds no more
+        documents than the new part has gathered so far (a binary counter). So an index keeps at
+        most about log2(documents) + 1 parts however it was grown (one file, one header check and
+        one mapping each on open), and a document is rewritten O(log documents) times amortised;
+        vector rows never move (the merged parts' rows are already the files' last rows)."""
+        tail, gathered = set(), n_new
+        for name in reversed(self._parts):
+            if self._parts[name]["documents"] > gathered:
+                break
+            tail.add(name)
+            gathered += self._parts[name]["documents"]
+        out = []
+        for doc_id in reversed(self._docs):  # the tail parts' documents are the last ones
+            if self._docs[doc_id].part not in tail:
+                break
+            out.append(doc_id)
+        return out[::-1]
+
     def _append_committed(self, stored: list[StoredDocument]) -> str:
-        """Appends the documents' rows to the vector files, writes their part file and commits
-        (writer lock held); returns the part's name. The appended vector files, the part file,
-        the parts folder and the new manifest are fsync'ed together (concurrently), then the
-        index folder after the rename: a constant number of fsyncs per commit, however many
-        documents and arrays. On failure, cuts the files back to their committed rows and removes the part (a
+        """Appends the documents' rows to the vector files, writes their part file (absorbing
+        the small parts at the end of the list, see :meth:`_merged_tail`) and commits (writer
+        lock held); returns the part's name. The appended vector files, the part file, the parts
+        folder and the new manifest are fsync'ed together (concurrently), then the index folder
+        after the rename: a constant number of fsyncs per commit, however many documents and
+        arrays. On failure, cuts the files back to their committed rows and removes the part (a
         crash leaves both to the next writer)."""
         rows = {s: disk_rows(stored, s, d, self.dtype) for s, d in self.dims.items()}
+        merged = self._merged_tail(len(stored))
+        kept = [self._stored_items(d) for d in merged]
         appended, files = {}, []
         part, folder = "", None
         try:
@@ -953,16 +979,25 @@ class KnowledgeIndex:
                 if f is not None:
                     appended[store] = committed
                     files.append(f)
-            shas = {s: hashlib.sha256(memoryview(r).cast("B")).hexdigest() if r.size else _EMPTY_SHA
-                    for s, r in rows.items()}
-            part, entry = self._write_part(stored, shas, fsync=False)
+            shas = {}
+            for s, r in rows.items():
+                h = hashlib.sha256()
+                old = sum(int(d.vectors[s].offsets[-1]) for d in kept if s in d.vectors)  # the tail's rows
+                if old:
+                    _sha_rows(self._vector_path(s), self._vectors[s]["rows"] - old, old, self._row_bytes(s), h)
+                h.update(memoryview(r).cast("B") if r.size else b"")
+                shas[s] = h.hexdigest()
+            part, entry = self._write_part(kept + stored, shas, fsync=False)
             files.append(open(self.path / "parts" / part, "rb"))
             folder = os.open(self.path / "parts", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))  # the part's name
             vectors = {s: {"file": v["file"], "rows": v["rows"] + int(rows[s].shape[0])}
                        for s, v in self._vectors.items()}
-            self._commit({**self._parts, part: entry}, vectors=vectors,
-                         next_number=max([self._next_number] + [d.number + 1 for d in stored]),
+            absorbed = {self._docs[d].part for d in merged}
+            self._commit({**{n: e for n, e in self._parts.items() if n not in absorbed}, part: entry},
+                         vectors=vectors, next_number=max([self._next_number] + [d.number + 1 for d in stored]),
                          pending=[f.fileno() for f in files] + [folder])
+            for d in merged:
+                self._docs[d].part = part
         except BaseException:
             if part:
                 (self.path / "parts" / part).unlink(missing_ok=True)
@@ -1269,10 +1304,10 @@ def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
         raise
 
 
-def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int) -> str:
+def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int, h=None) -> str:
     """sha256 of rows ``[first_row, first_row + n_rows)`` of raw file `path`, read in blocks
-    (through the page cache, not into this process's memory)."""
-    h = hashlib.sha256()
+    (through the page cache, not into this process's memory); `h`: a hash to continue."""
+    h = hashlib.sha256() if h is None else h
     with open(path, "rb") as f:
         f.seek(first_row * row_bytes)
         left = n_rows * row_bytes
