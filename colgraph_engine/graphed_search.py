@@ -2,8 +2,8 @@
 
 :meth:`PackedStore.search` issues a few dozen small device ops and one kernel launch per call,
 planned in Python. For one query against about a thousand documents the kernel reads ~270 MB
-(~60 µs on an H200), while the host path costs 137-145 µs on this project's CI CPU
-(benchmarks/results/launch_overhead.md): the host, not the device, sets the latency. A CUDA
+(~60 µs on an H200), while the host path costs about 100 µs on this project's CI CPU
+(benchmarks/results/launch_overhead.md): the host, not the device, may set the latency. A CUDA
 graph records the device work of one call once and replays it with one launch; the query path
 reads nothing back from the device (tests/test_host_waits.py), which is what makes it
 capturable.

@@ -401,15 +401,15 @@ class PackedStore:
 
     # -- search --------------------------------------------------------------------------
     def _queries(self, queries, q_offsets, assume_finite: bool = False):
-        """Validated queries on the store's device: ``(values [Tq, d], offsets [Nq+1], lengths [Nq])``,
-        the lengths on the host.
+        """Validated queries on the store's device: ``(values [Tq, d], offsets [Nq+1], lengths)``,
+        the lengths a list of Nq ints (on the host).
 
         Nothing is read back from the device when the queries come as a list of tensors, or as
         packed values with CPU `q_offsets`, and either they are on the host (checked there,
         before the copy) or ``assume_finite=True`` (no check). Device-resident offsets cost one read."""
         if q_offsets is None:
             qv, qo = pack(queries, name="queries")  # validates: after it, queries is a sequence of [L_i, d]
-            ql = torch.tensor([x.shape[0] for x in queries], dtype=torch.int64)
+            ql = [x.shape[0] for x in queries]
         else:
             qv = check_values(queries, "queries")
             host_offsets = isinstance(q_offsets, torch.Tensor) and q_offsets.device.type == "cpu"

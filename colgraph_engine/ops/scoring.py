@@ -49,10 +49,10 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def host_lengths(offsets: torch.Tensor) -> torch.Tensor:
-    """``[N]`` int64 item lengths on the host. A CPU tensor costs no transfer; a device tensor
-    costs one read (callers that hold host offsets, such as a store, pass those instead)."""
-    return (offsets if offsets.device.type == "cpu" else offsets.cpu()).diff()
+def host_lengths(offsets: torch.Tensor) -> list[int]:
+    """The N item lengths, as Python ints. A CPU tensor costs no transfer; a device tensor costs
+    one read (callers that hold host offsets, such as a store, pass those instead)."""
+    return (offsets if offsets.device.type == "cpu" else offsets.cpu()).diff().tolist()
 
 
 def _cross_impl(name, qv, qo, xv, xo, out=None, q_lengths=None):
@@ -318,6 +318,12 @@ def topk_scan(qv, qo, xv, xo, k: int, name: str, alive: torch.Tensor | None = No
         row_of = dict(zip(starts, host_offsets[starts].tolist()))
     else:
         row_of = dict(zip(starts, xo[torch.tensor(starts, device=xo.device)].tolist()))  # only chunk edges
+    if len(starts) == 2 and alive is None and not normalize:
+        # One chunk holding every document: its scores sorted once (stable: equal scores keep
+        # the lower index first, as the merge does). Fewer ops matter on the 1-query path.
+        s = _cross_impl(name, qv, qo, xv, xo, q_lengths=q_lengths)
+        ranked = torch.sort(s, dim=1, descending=True, stable=True)
+        return ranked.values[:, :k], ranked.indices[:, :k]
     scratch: dict = {}
     for a, b in zip(starts[:-1], starts[1:]):
         sub_x = _normalized_block(xv, row_of[a], row_of[b], scratch) if normalize else xv[row_of[a]:row_of[b]]
