@@ -138,6 +138,15 @@ class _Entry:
     def graph(self) -> DocumentGraph:
         return self._graph if self._graph is not None else self.source.document(self.pos)
 
+    def columns(self) -> tuple[DocumentGraph | MappedPart, int, int]:
+        """``(columns, first node row, first edge row)``: where this document's node and edge
+        attributes are read without building its graph (the held graph, or its part's
+        part-level columns; provenance CSRs are part-level there too, local ids stay local)."""
+        if self._graph is not None:
+            return self._graph, 0, 0
+        p = self.source
+        return p, int(p.doc_nodes[self.pos]), int(p.doc_edges[self.pos])
+
 
 class _Column:
     """A 1-D array that grows by appending, with spare capacity (doubling): a view of its first
@@ -493,15 +502,18 @@ class KnowledgeIndex:
             raise ValueError(f"node: expected a node id in [0, {n}), got {node!r}")
         offsets = a.node_offsets.array
         d = int(np.searchsorted(offsets, node, side="right") - 1)
-        g = self._docs[a.doc_ids[d]].graph
+        doc_id = a.doc_ids[d]
+        c, nb, _ = self._docs[doc_id].columns()
         v = int(node - offsets[d])
-        box = g.node_bbox[v]
-        return {"doc_id": g.doc_id, "local": v, "kind": NodeKind(int(g.node_kind[v])).name.lower(),
-                "name": g.node_name[v], "type": g.node_type[v], "text": g.node_text[v],
+        i = nb + v  # row in the columns
+        box = c.node_bbox[i]
+        image = int(c.node_image[i])
+        return {"doc_id": doc_id, "local": v, "kind": NodeKind(int(c.node_kind[i])).name.lower(),
+                "name": c.node_name[i], "type": c.node_type[i], "text": c.node_text[i],
                 "bbox": None if np.isnan(box).any() else tuple(float(x) for x in box),
-                "segments": g.provenance(v).tolist(),
-                "image": g.node_name[v] if g.node_kind[v] == NodeKind.IMAGE
-                else (g.node_name[int(g.node_image[v])] if g.node_image[v] >= 0 else None)}
+                "segments": c.node_prov[c.node_prov_offsets[i]:c.node_prov_offsets[i + 1]].tolist(),
+                "image": c.node_name[i] if c.node_kind[i] == NodeKind.IMAGE
+                else (c.node_name[nb + image] if image >= 0 else None)}
 
     def describe_edge(self, edge: int) -> dict:
         """Document, local id, kind, endpoints (graph node ids), keywords, text, weight and
@@ -512,13 +524,15 @@ class KnowledgeIndex:
             raise ValueError(f"edge: expected an edge id in [0, {m}), got {edge!r}")
         offsets = a.edge_offsets.array
         d = int(np.searchsorted(offsets, edge, side="right") - 1)
-        g = self._docs[a.doc_ids[d]].graph
+        doc_id = a.doc_ids[d]
+        c, _, eb = self._docs[doc_id].columns()
         e = int(edge - offsets[d])
+        j = eb + e  # row in the columns
         base = int(a.node_offsets.array[d])
-        return {"doc_id": g.doc_id, "local": e, "kind": EdgeKind(int(g.edge_kind[e])).name.lower(),
-                "src": base + int(g.edge_src[e]), "dst": base + int(g.edge_dst[e]),
-                "keywords": g.edge_keywords[e], "text": g.edge_text[e], "weight": float(g.edge_weight[e]),
-                "segments": g.edge_prov[g.edge_prov_offsets[e]:g.edge_prov_offsets[e + 1]].tolist()}
+        return {"doc_id": doc_id, "local": e, "kind": EdgeKind(int(c.edge_kind[j])).name.lower(),
+                "src": base + int(c.edge_src[j]), "dst": base + int(c.edge_dst[j]),
+                "keywords": c.edge_keywords[j], "text": c.edge_text[j], "weight": float(c.edge_weight[j]),
+                "segments": c.edge_prov[c.edge_prov_offsets[j]:c.edge_prov_offsets[j + 1]].tolist()}
 
     @property
     def counts(self) -> dict[str, int]:
