@@ -76,8 +76,9 @@ def write(path: str | os.PathLike, format_name: str, version: int, meta: dict, a
                         separators=(",", ":"), sort_keys=True).encode("utf-8")
     prefix = MAGIC + struct.pack("<Q", len(header)) + header
     start = _align(len(prefix))
+    f = open(path, "xb")  # never replaces a file; on failure only what this call created is removed
     try:
-        with open(path, "xb") as f:
+        with f:
             f.write(prefix)
             for off, data in blobs:
                 f.seek(start + off)
