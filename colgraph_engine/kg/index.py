@@ -1463,6 +1463,16 @@ class _DocumentList(Sequence):
 
 
 def _documents_of(path: Path, m: dict) -> list[dict]:
+    """The documents of the generation committed when the readers' lock is taken (`m` if it
+    is still the current one): under that lock no commit deletes a part being read."""
+    with _readers_lock(path, exclusive=False, wait=True):
+        now = _load_manifest(path)
+        return _documents_of_locked(path, now if now["version"] == 3 else m)
+
+
+def _documents_of_locked(path: Path, m: dict) -> list[dict]:
+    if m["version"] != 3:
+        return list(m["documents"])
     docs = []
     for entry in m["parts"]:
         part = MappedPart(path / "parts" / entry["name"], m["dims"], _DTYPES_BY_NAME[m["dtype"]],
