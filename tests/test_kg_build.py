@@ -348,3 +348,20 @@ def test_whole_image_matched_to_a_relation_depicts_both_endpoints():
     dep = edges(g, EdgeKind.DEPICTS)
     assert g.edge_weight[dep[("photo", "Shizuoka")]] == 3 and g.edge_weight[dep[("photo", "Tokyo")]] == 3
     assert _fallback_edges(g) == {}
+
+
+def test_fallback_is_scoped_to_the_images_segment_like_mkg_rags_chunks():
+    rel = "relation<|#|>{0}<|#|>{1}<|#|>near<|#|>{0} is near {1}"
+    ent = "entity<|#|>{0}<|#|>place<|#|>about {0}"
+    seg0 = "\n".join([ent.format(n) for n in ("Hub", "A", "B", "C")] +
+                     [rel.format("Hub", x) for x in ("A", "B", "C")] + ["<|COMPLETE|>"])
+    seg1 = "\n".join([ent.format("Lake"), ent.format("Pier"), rel.format("Pier", "Lake"), ent.format("Pier"),
+                      "<|COMPLETE|>"])
+    doc = DocumentInput("d", [Section("first"), Section("second", images=("img",)), Section("third", images=("bare",))],
+                        images=[ImageInput("img"), ImageInput("bare")], extractions=[seg0, seg1, "<|COMPLETE|>"])
+    g = build_document_graph(doc, max_tokens=1)
+    # Hub has the most relations in the document, but not in the image's segment: Lake and Pier
+    # tie on degree there, and Lake was declared first
+    assert _fallback_edges(g) == {("img", "Lake"): 1.0}
+    # the third segment has no entity: its image is left on its segment, as mKG-RAG's empty chunk
+    assert any(i.issue.reason == "no entity" and "bare" in i.where for i in g.issues)

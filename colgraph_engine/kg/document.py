@@ -393,15 +393,17 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
         min_mapping_score: region matches scoring below this are dropped (reported as skips).
         image_fallback: what happens to an image that no image-level match attaches to an entity
             (mKG-RAG's rule, read in its code, ``rag/multimodal/build.py``: object-level matches
-            do not count; such an image is attached to the entity of highest relation degree, or,
-            when no entity has a relation, to the entity whose description is most similar to the
-            image under a text-image embedding, with weight 1.0):
+            do not count; such an image is attached, among the entities and relations extracted
+            from the image's text chunk, to the entity of highest relation degree, or, when none has
+            a relation, to the entity whose description is most similar to the image under a
+            text-image embedding, with weight 1.0; a chunk without entities attaches nothing):
 
-            * ``"degree"`` (default): the entity with the most distinct relations in this
-              document (ties: the first declared — ours; mKG-RAG takes the first in its edge
-              order); when no entity has a relation, the most similar entity by
-              `image_entity_scores` if given, else (ours, for offline builds without a text-image
-              model) the entity mentioned most often in the image's segment, then in the document;
+            * ``"degree"`` (default): among the entities the image's segment mentions, the one with
+              the most distinct relations extracted from that segment (ties: the first declared —
+              ours; mKG-RAG takes the first in its edge order); when none has a relation, the most
+              similar by `image_entity_scores` if given, else (ours, for offline builds without a
+              text-image model) the one the segment mentions most often. An image in no segment
+              uses the whole document (ours);
             * ``"similarity"``: always the entity `image_entity_scores` ranks first (ours);
             * ``"off"``: no fallback (the image hangs off its segment only).
 
@@ -502,7 +504,7 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
         b.edge(0 if s is None else seg_nodes[s], v, EdgeKind.CONTAINS)
         image_level = _add_image_regions(b, v, im, s, min_mapping_score)
         if not image_level and image_fallback != "off":
-            _attach_unmatched_image(b, v, im, None if s is None else seg_nodes[s], image_fallback,
+            _attach_unmatched_image(b, v, im, s, None if s is None else seg_nodes[s], image_fallback,
                                     image_entity_scores)
 
     if strict and any(i.severity == "error" for i in b.issues):
@@ -515,19 +517,28 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
 IMAGE_FALLBACKS = ("degree", "similarity", "off")
 
 
-def _attach_unmatched_image(b: _Builder, image: int, im: ImageInput, segment_node: int | None, rule: str,
-                            scores_fn) -> None:
-    """The image-level fallback of :func:`build_document_graph` (see `image_fallback` there)."""
-    entities = [v for v, k in enumerate(b.kind) if k == NodeKind.ENTITY]
+def _attach_unmatched_image(b: _Builder, image: int, im: ImageInput, s: int | None, segment_node: int | None,
+                            rule: str, scores_fn) -> None:
+    """The image-level fallback of :func:`build_document_graph` (see `image_fallback` there).
+
+    Scope: mKG-RAG runs it per text chunk, over that chunk's entities and relations; ours is the
+    image's segment (its entities: those the segment mentions; its relations: those extracted
+    from it), and the whole document for an image in no segment."""
+    if segment_node is None:
+        entities = [v for v, k in enumerate(b.kind) if k == NodeKind.ENTITY]
+        mentions = {v: int(b.weight[v]) for v in entities}
+    else:
+        mentions = {v: c for (seg, v), c in b.mentions.items() if seg == segment_node}
+        entities = sorted(mentions)
     if not entities:
-        b.note(f"image {im.ref!r}", _issue("no entity", im.ref, "the document has no entity to attach the "
-                                           "unmatched image to", "skip"))
+        b.note(f"image {im.ref!r}", _issue("no entity", im.ref, "no entity in the image's segment (or document) to "
+                                           "attach the unmatched image to", "skip"))
         return
     target, how = None, ""
     if rule == "degree":
         degree = Counter()
         for e, kind in enumerate(b.ekind):
-            if kind == EdgeKind.RELATION:
+            if kind == EdgeKind.RELATION and (s is None or s in b.eprov[e]):
                 degree[b.src[e]] += 1
                 degree[b.dst[e]] += 1
         if degree:
@@ -547,11 +558,8 @@ def _attach_unmatched_image(b: _Builder, image: int, im: ImageInput, segment_nod
             b.note(f"image {im.ref!r}", _issue("bad similarity", im.ref, f"expected {len(entities)} finite scores, "
                                                f"got {scores.size}", "warning"))
     if target is None:
-        counts = {v: c for (seg, v), c in b.mentions.items() if seg == segment_node} if segment_node is not None else {}
-        if not counts:
-            counts = {v: int(b.weight[v]) for v in entities}
-        top = max(counts.values())
-        target, how = min(v for v, c in counts.items() if c == top), "most mentioned entity"
+        top = max(mentions.values())
+        target, how = min(v for v, c in mentions.items() if c == top), "most mentioned entity"
     b.edge(image, target, EdgeKind.DEPICTS, 1.0, ("fallback",), (f"unmatched image attached to the {how}",),
            merge_key=("dep", image, target))
 
