@@ -60,7 +60,8 @@ KEPT = {
     64: ((64, 4, 3),),
     128: ((64, 4, 3), (32, 8, 3)),       # BLOCK_N 64 at 8 warps: 1 program per SM on sm_80
     256: ((32, 8, 3), (32, 4, 3)),       # BLOCK_N 64 here: 1 program per SM, or spills
-}# Rows wider than 256 bytes (bf16/fp16 d > 128, any fp32): Q and the staged document tiles take
+}
+# Rows wider than 256 bytes (bf16/fp16 d > 128, any fp32): Q and the staged document tiles take
 # more shared memory and the products more registers, so one narrow config (compile table:
 # the wide rows) replaces the table above.
 WIDE = (32, 4, 2)
@@ -81,8 +82,9 @@ def _prune_configs(configs, named_args, **kwargs):
     """Keeps the configs of :data:`KEPT` for this tile height (all of them under the interpreter)."""
     if INTERPRET:
         return configs
-    rows = kwargs["G"] * kwargs["LQP"]
-    kept = (WIDE,) if _is_wide(kwargs["D"], kwargs["IEEE"]) else KEPT.get(rows, KEPT[256])
+    args = {**named_args, **kwargs}
+    rows = args["G"] * args["LQP"]
+    kept = (WIDE,) if _is_wide(args["D"], args["IEEE"]) else KEPT.get(rows, KEPT[256])
     return [c for c in configs if (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in kept] or configs[:1]
 
 

@@ -78,3 +78,17 @@ def test_the_streaming_loop_keeps_tiles_in_flight(compiled):
     for r in compiled:
         if r["num_stages"] >= 3:
             assert r["prefetch"] == r["num_stages"] - 2, r
+
+
+@pytest.mark.parametrize("d,g,lqp,ieee", [(128, 1, 32, False), (128, 8, 32, False), (128, 4, 32, False),
+                                          (200, 2, 32, False), (128, 1, 32, True)])
+def test_autotune_tries_only_the_kept_configs_of_a_tile_height(monkeypatch, d, g, lqp, ieee):
+    """What the autotuner benchmarks on a GPU: KEPT[rows] (WIDE for wide rows), never more than two,
+    so a store's shapes compile a handful of kernels."""
+    from colgraph_engine.kernels import maxsim as km
+    monkeypatch.setattr(km, "INTERPRET", False)
+    every = km._configs()
+    got = km._prune_configs(every, {}, D=d, G=g, LQP=lqp, IEEE=ieee)
+    want = (km.WIDE,) if d > 128 or ieee else km.KEPT[g * lqp]
+    assert sorted((c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in got) == sorted(want)
+    assert len(got) <= 2
