@@ -264,9 +264,10 @@ def _cross_kernel(
 
 @triton.autotune(configs=_configs(), key=["D", "G", "LQP", "NUM_K", "IEEE", "PIECED"],
                  prune_configs_by={"early_config_prune": _prune_configs}, cache_results=True)
-# n_items is a one-element view at the end of a cumsum: its address alignment varies with the
-# number of pairs, which would otherwise compile one kernel per alignment.
-@triton.jit(do_not_specialize=["n_pieces"], do_not_specialize_on_alignment=["n_items_ptr"])
+# item_start and n_items are rows / elements of one [buckets, C + 1] tensor: their addresses
+# alignment varies with the number of pairs, which would otherwise compile one kernel per
+# alignment (they are read one scalar at a time: alignment buys nothing).
+@triton.jit(do_not_specialize=["n_pieces"], do_not_specialize_on_alignment=["item_start_ptr", "n_items_ptr"])
 def _candidates_kernel(
     q_ptr, q_offsets_ptr, x_ptr, x_offsets_ptr,
     out_ptr, pair_doc_ptr, pair_query_ptr, pair_slot_ptr, item_start_ptr, n_items_ptr, n_pieces,
@@ -404,8 +405,8 @@ def bucket_work(pair_doc: torch.Tensor, pair_query: torch.Tensor, pair_slot: tor
     bit set in k % 8. Device ops only, every size known on the host (no nonzero, no sync).
 
     Returns ``(sorted pair_doc [C], sorted pair_query [C], sorted pair_slot [C], {G: (item_start
-    [C // G + 1], n_items [1])})``: items of bucket G start at ``item_start[:n_items]`` (indices into
-    the sorted pairs); entries past ``n_items`` are unused.
+    [C + 1], n_items [1])})``: items of bucket G start at ``item_start[:n_items]`` (indices into
+    the sorted pairs); entries past ``n_items`` are unused. About 40 small device ops in all.
     """
     c = pair_doc.shape[0]
     dev = pair_doc.device
@@ -418,22 +419,33 @@ def bucket_work(pair_doc: torch.Tensor, pair_query: torch.Tensor, pair_slot: tor
     per_doc = torch.zeros(n_docs, dtype=torch.int64, device=dev).index_add_(0, sd, torch.ones_like(sd))
     k = per_doc[sd]                      # pairs of this pair's document
     j = idx - run_first                  # rank of the pair within its document
-    items = {}
-    taken = torch.zeros_like(k)          # pairs of the document in larger buckets
-    for gsz in buckets:
-        if gsz == buckets[0]:
-            span = (k // gsz) * gsz      # as many full items of the largest size as fit
-        else:
-            span = k % (2 * gsz) // gsz * gsz  # the bit of k for this size
-        inside = (j >= taken) & (j < taken + span)
-        starts = inside & ((j - taken) % gsz == 0)
-        cum = torch.cumsum(starts.to(torch.int64), 0)
-        cap = c // gsz + 1
-        item_start = torch.zeros(cap, dtype=torch.int64, device=dev)
-        # Starts land at their item index; every other pair writes the spare last entry.
-        item_start.scatter_(0, torch.where(starts, cum - 1, cap - 1), torch.where(starts, idx, 0))
-        items[gsz] = (item_start, cum[-1:] if c else torch.zeros(1, dtype=torch.int64, device=dev))
-        taken = taken + span
+    # The bucket of each pair and whether it starts its item, for all buckets at once: the largest
+    # size takes k // big * big pairs of a document; the rest r = k % big splits by its bits,
+    # larger first (r = 7: ranks 0-3 in a 4, 4-5 in a 2, 6 in a 1).
+    big = buckets[0]
+    full = k // big * big
+    in_full = j < full
+    rest, r = j - full, k - full
+    which = torch.full_like(k, len(buckets) - 1)  # the smallest size, 1: every pair starts an item
+    start = torch.ones_like(in_full)
+    before = torch.zeros_like(k)                  # remainder pairs in larger items than size b
+    for i, b in enumerate(buckets[1:-1], start=1):
+        has = (r & b) != 0
+        in_b = has & (rest >= before) & (rest < before + b)
+        which = torch.where(in_b, i, which)
+        start = torch.where(in_b, rest == before, start)
+        before = before + torch.where(has, b, 0)
+    which = torch.where(in_full, 0, which)
+    start = torch.where(in_full, j % big == 0, start)
+    # Item index within its bucket = starts of that bucket so far; one cumsum for all buckets.
+    nb = len(buckets)
+    starts = (which[None, :] == torch.arange(nb, device=dev)[:, None]) & start[None, :]  # [nb, C]
+    cum = torch.cumsum(starts.to(torch.int64), 1)
+    item_start = torch.zeros((nb, c + 1), dtype=torch.int64, device=dev)
+    # Starts land at their item index; every other pair writes the spare last entry.
+    item_start.scatter_(1, torch.where(starts, cum - 1, c), idx.expand(nb, c))
+    n_items = cum[:, -1] if c else torch.zeros(nb, dtype=torch.int64, device=dev)
+    items = {b: (item_start[i], n_items[i:i + 1]) for i, b in enumerate(buckets)}
     return sd, sq, ss, items
 
 
