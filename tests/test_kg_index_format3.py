@@ -173,3 +173,44 @@ def test_single_adds_keep_a_logarithmic_number_of_parts(tmp_path):
     assert_same_index(back, scratch)
     assert_same_index(idx, scratch)
     assert [d["doc_id"] for d in read_documents(path)] == scratch.documents
+
+
+def test_removal_and_growth_on_an_opened_index_whose_documents_are_mapped(tmp_path):
+    path = tmp_path / "idx"
+    KnowledgeIndex.create(path, ENC).add_documents(docs())
+    scratch = KnowledgeIndex(ENC)
+    scratch.add_documents(docs())
+    back = KnowledgeIndex.open(path, ENC)
+    assert all(e.source is not None for e in back._docs.values())
+    back.remove_document("tokyo")       # its part's other documents are rewritten from the mapped part
+    scratch.remove_document("tokyo")
+    back.add_documents([city_doc(50), city_doc(51)])
+    scratch.add_documents([city_doc(50), city_doc(51)])
+    for idx in (back, KnowledgeIndex.open(path, ENC, verify=True)):
+        assert_same_index(idx, scratch)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_crash_before_the_manifest_of_a_merging_add_keeps_the_previous_parts(tmp_path, monkeypatch):
+    from colgraph_engine.kg import index as index_module
+    path = tmp_path / "idx"
+    idx = KnowledgeIndex.create(path, ENC)
+    idx.add_document(city_doc(0))
+    before = dict(idx._parts)
+
+    def crash(*a, **k):
+        raise Crash("power cut before the manifest")
+    monkeypatch.setattr(index_module, "_replace_file", crash)
+    with pytest.raises(Crash):
+        idx.add_document(city_doc(1))  # would absorb the one-document part
+    monkeypatch.undo()
+    assert idx._parts == before and {e.part for e in idx._docs.values()} == set(before)
+    assert sorted(p.name for p in (path / "parts").iterdir()) == sorted(before)  # the merged part was removed
+    idx.add_document(city_doc(1))
+    scratch = KnowledgeIndex(ENC)
+    scratch.add_documents([city_doc(0), city_doc(1)])
+    assert [e["documents"] for e in idx._parts.values()] == [2]
+    assert_same_index(KnowledgeIndex.open(path, ENC, verify=True), scratch)
