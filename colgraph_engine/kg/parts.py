@@ -78,23 +78,15 @@ def disk_rows(docs: list[StoredDocument], store: str, dim: int, dtype: torch.dty
     return np.ascontiguousarray(_to_disk(values.to(dtype)))
 
 
-def write_part(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype,
-               row_sha256: dict[str, str]) -> Path:
-    """Writes `docs` (graphs and item tables; their vector rows go to the index's vector files)
-    to part directory `path` atomically (format version 2, a directory of arrays; the index now
-    writes :func:`write_part_file`). `dims`: store name -> d; `row_sha256`: store -> sha256
-    of the bytes of the rows these documents own in that store's vector file (in document
-    order). A document's ``ItemVectors.values`` may be None here: only its ids and offsets are
-    written."""
-    arrays, meta = _part_arrays(docs, dims, dtype, row_sha256)
-    return _arraydir.write(path, PART_FORMAT, 2, meta, arrays)
-
-
 def write_part_file(path: Path, docs: list[StoredDocument], dims: dict[str, int], dtype: torch.dtype,
                     row_sha256: dict[str, str], *, fsync: bool = True) -> str:
-    """Writes `docs` as one part file (format version 3: the arrays of a version-2 part in one
+    """Writes `docs` (graphs and item tables; their vector rows go to the index's vector files)
+    as one part file (format version 3: the arrays of a version-2 part in one
     :mod:`~colgraph_engine._arrayfile`) at the new path `path`; returns its header's sha256.
-    Arguments as :func:`write_part`; ``fsync=False`` leaves the fsync to the caller."""
+    `dims`: store name -> d; `row_sha256`: store -> sha256 of the bytes of the rows these
+    documents own in that store's vector file (in document order). A document's
+    ``ItemVectors.values`` may be None here: only its ids and offsets are written.
+    ``fsync=False`` leaves the fsync to the caller."""
     arrays, meta = _part_arrays(docs, dims, dtype, row_sha256)
     return _arrayfile.write(path, PART_FORMAT, PART_VERSION, meta, arrays, fsync=fsync)
 
@@ -159,7 +151,7 @@ def part_version(path: Path) -> int:
 
 def read_part(path: Path, dims: dict[str, int], dtype: torch.dtype, *, verify: bool = True,
               version: int = 2) -> tuple[list[StoredDocument], dict[str, tuple[int, str]] | None]:
-    """Reads a part written by :func:`write_part` (version 2) or by the version-1 writer; any
+    """Reads a part directory written by the version-2 or version-1 writer; any
     damage raises ``FormatError``.
 
     Returns ``(documents, rows)``. Version 2: every ``ItemVectors.values`` is None and `rows`
@@ -400,5 +392,5 @@ def _check_utf8(f: _arrayfile.ArrayFile, name: str, offsets: np.ndarray) -> None
 
 
 __all__ = ["PART_FORMAT", "PART_VERSION", "MappedPart", "StoredDocument", "disk_rows", "part_version", "read_part",
-           "write_part", "write_part_file",
+           "write_part_file",
            "_DTYPES_BY_NAME"]
