@@ -9,20 +9,23 @@ from .document import (
     DocumentBuildError, DocumentGraph, DocumentInput, DocumentIssue, ImageInput, TableInput, build_document_graph,
 )
 from .extract import CooccurrenceExtractor
-from .index import INDEX_FORMAT, INDEX_VERSION, IndexConflictError, IndexFormatError, KnowledgeIndex, make_uid
+from .index import (
+    INDEX_FORMAT, INDEX_VERSION, IndexConflictError, IndexFormatError, KnowledgeIndex, make_uid, read_documents,
+)
 from .parsers import DIALECTS, detect_dialect, parse_extraction, parse_region_mappings, parse_scene_graph
 from .records import (
     EntityRecord, ExtractionFormatError, MappingRecord, ParseIssue, ParseResult, RelationRecord, SceneObject,
     SceneRelation, normalize_name,
 )
 from .segment import Section, Segment, segment_sections
+from .strings import StringColumn
 from .vectors import STORES, Encoders, ItemVectors, encode_document
 
 __all__ = [
     "DIALECTS", "INDEX_FORMAT", "INDEX_VERSION", "STORES", "CooccurrenceExtractor", "DocumentBuildError",
     "DocumentGraph", "DocumentInput", "DocumentIssue", "Encoders", "EntityRecord", "ExtractionFormatError",
     "ImageInput", "IndexConflictError", "IndexFormatError", "ItemVectors", "KnowledgeIndex", "MappingRecord", "ParseIssue", "ParseResult",
-    "RelationRecord", "SceneObject", "SceneRelation", "Section", "Segment", "TableInput", "build_document_graph",
-    "detect_dialect", "encode_document", "make_uid", "normalize_name", "parse_extraction", "parse_region_mappings",
-    "parse_scene_graph", "segment_sections",
+    "RelationRecord", "SceneObject", "SceneRelation", "Section", "Segment", "StringColumn", "TableInput",
+    "build_document_graph", "detect_dialect", "encode_document", "make_uid", "normalize_name", "parse_extraction",
+    "parse_region_mappings", "parse_scene_graph", "read_documents", "segment_sections",
 ]
