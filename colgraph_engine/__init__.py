@@ -10,6 +10,7 @@ Quick start::
 ``cg.backends()`` tells which implementations can run here and why not.
 """
 from .backend import report as backends
+from .graphed_search import GraphedSearch
 from .ops import maxsim, maxsim_candidates, maxsim_topk, pooled_scores
 from .packed import pack, unpack
 from .store import PackedStore, StoreFormatError
@@ -17,6 +18,7 @@ from .store import PackedStore, StoreFormatError
 __version__ = "0.1.0"
 
 __all__ = [
+    "GraphedSearch",
     "PackedStore",
     "StoreFormatError",
     "backends",
