@@ -31,7 +31,7 @@ from .evidence import Evidence, build_evidence, chunk_subgraph, expand_gstar, ll
 from .graph_retrieval import Seeds, Subgraph, TextScorer, expand_filtered, mkg_expand, retrieve_seeds, \
     subgraph_from_expansion
 from .query import Query, as_query, load_image
-from .recall import recall_documents
+from .recall import Recall, recall_documents
 from .view import IndexView
 from .visual import rank_visual, resolve_units, visual_candidates
 
@@ -169,13 +169,28 @@ class Pipeline:
         """Runs the pipeline for one query (the same code path as a batch of one)."""
         return self.retrieve_batch([query])[0]
 
-    def retrieve_batch(self, queries: Sequence[Query | str]) -> list[Result]:
-        """Runs every stage once for all `queries`; results equal :meth:`retrieve` on each."""
+    def encode(self, queries: Sequence[Query | str]) -> dict:
+        """The batch's query encodings, as :meth:`retrieve_batch` takes them back (``encoded=``)."""
+        return self._encode(self._queries(queries))
+
+    @staticmethod
+    def _queries(queries) -> list[Query]:
         if isinstance(queries, (str, Query)) or not isinstance(queries, Sequence):
             raise TypeError("queries: expected a sequence of Query or question strings")
         if not queries:
             raise ValueError("queries: expected at least one query")
-        qs = [as_query(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        return [as_query(q, f"queries[{i}]") for i, q in enumerate(queries)]
+
+    def retrieve_batch(self, queries: Sequence[Query | str], *, encoded: dict | None = None,
+                       recall: Recall | None = None) -> list[Result]:
+        """Runs every stage once for all `queries`; results equal :meth:`retrieve` on each.
+
+        `encoded` (from :meth:`encode` on the same queries) skips encoding; `recall` replaces
+        stage 1 with its documents (numbers of this index) and scores: how a caller that ranked
+        documents elsewhere (``colgraph_engine.distributed``) runs stages 2-7 here."""
+        qs = self._queries(queries)
+        if recall is not None and not (isinstance(recall, Recall) and len(recall.docs) == len(qs)):
+            raise TypeError(f"recall: expected a Recall with one entry per query ({len(qs)})")
         cfg = self.config
         timings: dict[str, float] = {}
         counts: list[dict[str, dict]] = [{s: {} for s in STAGES} for _ in qs]
@@ -187,10 +202,11 @@ class Pipeline:
             timings[name] = time.perf_counter() - t0
 
         with stage("encode"):
-            enc = self._encode(qs)
+            enc = self._encode(qs) if encoded is None else encoded
         view = self.view()
         with stage("recall"):
-            recall = recall_documents(view, enc["text"], enc["image"], enc["has_image"], cfg)
+            if recall is None:
+                recall = recall_documents(view, enc["text"], enc["image"], enc["has_image"], cfg)
         docs = recall.docs
         with stage("merge"):
             for i, d in enumerate(docs):  # G_m is the view restricted to these documents: count it

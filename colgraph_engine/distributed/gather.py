@@ -1,0 +1,104 @@
+"""Stages 2-7 on the gathered documents, and their results in global ids.
+
+After the global stage 1, the recalled documents of a batch (the union over its queries) are
+gathered in one place (graphs and vectors, from the shards that hold them) and added, **in the
+global order**, to an in-memory :class:`~colgraph_engine.kg.KnowledgeIndex`: the *gathered
+index*. The single-process pipeline then runs stages 2-7 on it with stage 1 given
+(``Pipeline.retrieve_batch(encoded=, recall=)``). This is identical to running them on the whole
+index because:
+
+* stages 2-7 only read the Kd documents of each query (every graph call is restricted to them;
+  visual candidates follow edges, and edges never leave a document);
+* the gathered index numbers nodes and edges in the same relative order as the global index
+  (documents in global order, each document's local ids kept), so every tie broken by node or
+  edge id breaks the same way;
+* alias groups are the same partition restricted to the gathered documents (equal normalised
+  entity names), which is all the query-time merge uses (the native expansion admits only the
+  members inside the query's documents; group ids serve as keys only);
+* item vectors arrive in the index dtype unchanged, and every score of stages 2-7 is computed per
+  (query, item) pair.
+
+:func:`to_global` then maps every node and edge id of a result to the global index's id:
+``global = node_first[document's global position] + local id`` (same for edges), from the shard
+map's per-document counts. Document ids, names, scores and texts need no mapping; the context's
+source ids are mapped in place (an id's digits count as one token, so budgets are unchanged).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..kg.index import KnowledgeIndex
+from ..kg.vectors import Encoders
+from ..pipeline.pipeline import Result
+
+
+def gathered_index(encoders: Encoders, dtype: torch.dtype, docs: list[tuple]) -> KnowledgeIndex:
+    """An in-memory index of ``docs = [(graph, vectors)]`` (already in global order)."""
+    index = KnowledgeIndex(encoders, dtype=dtype)
+    if docs:
+        index.add_documents([g for g, _ in docs], [v for _, v in docs])
+    return index
+
+
+class IdMap:
+    """Gathered-index node and edge ids -> global ids.
+
+    Args:
+        index: the gathered index.
+        positions: ``[k]`` global position of each gathered document, in the gathered order
+            (ascending).
+        node_first, edge_first: the global order's first node / edge id per position.
+    """
+
+    def __init__(self, index: KnowledgeIndex, positions: np.ndarray, node_first: np.ndarray, edge_first: np.ndarray):
+        g = index.graph
+        node_doc = g.node_doc  # gathered document numbers are 0..k-1 in gathered order
+        n_nodes = np.bincount(node_doc, minlength=positions.size).astype(np.int64)
+        local_first = np.concatenate([[0], np.cumsum(n_nodes)[:-1]]).astype(np.int64)
+        self.node_delta = node_first[positions] - local_first  # [k]
+        self.node_doc = node_doc
+        src, _ = g.edges()
+        edge_doc = node_doc[src]
+        n_edges = np.bincount(edge_doc, minlength=positions.size).astype(np.int64)
+        edge_local_first = np.concatenate([[0], np.cumsum(n_edges)[:-1]]).astype(np.int64)
+        self.edge_delta = edge_first[positions] - edge_local_first
+        self.edge_doc = edge_doc
+
+    def nodes(self, v):
+        a = np.asarray(v, np.int64)
+        return a + self.node_delta[self.node_doc[a]] if a.size else a.copy()
+
+    def edges(self, e):
+        a = np.asarray(e, np.int64)
+        return a + self.edge_delta[self.edge_doc[a]] if a.size else a.copy()
+
+    def node(self, v: int) -> int:
+        return int(v) + int(self.node_delta[self.node_doc[int(v)]])
+
+    def edge(self, e: int) -> int:
+        return int(e) if e < 0 else int(e) + int(self.edge_delta[self.edge_doc[int(e)]])
+
+
+def to_global(r: Result, ids: IdMap) -> Result:
+    """Rewrites `r`'s node and edge ids (in place) from the gathered index's to the global ones."""
+    r.subgraph_nodes = ids.nodes(r.subgraph_nodes)
+    for h in r.images:
+        h.node = ids.node(h.node)
+    ev = r.evidence
+    for e in ev.entities:
+        e["node"] = ids.node(e["node"])
+    for rel in ev.relations:
+        rel["edge"], rel["src"], rel["dst"] = ids.edge(rel["edge"]), ids.node(rel["src"]), ids.node(rel["dst"])
+    for s in ev.sources:
+        s["node"] = ids.node(s["node"])
+    ev.records = [type(rec)(**{**rec.__dict__, "nodes": tuple(ids.node(v) for v in rec.nodes),
+                               "edge": ids.edge(rec.edge)}) for rec in ev.records]
+    ev.ge_nodes, ev.ge_edges = ids.nodes(ev.ge_nodes), ids.edges(ev.ge_edges)
+    ev.gstar_nodes, ev.gstar_edges = ids.nodes(ev.gstar_nodes), ids.edges(ev.gstar_edges)
+    for row in r.context.sources:
+        row["id"] = ids.node(row["id"])
+    return r
+
+
+__all__ = ["IdMap", "gathered_index", "to_global"]

@@ -1,0 +1,205 @@
+"""The query path over a :class:`~.corpus.ShardedIndex`: results identical to
+:class:`~colgraph_engine.pipeline.Pipeline` on one index holding the same documents in the same
+order (same documents and scores, seeds, subgraph, images, evidence, context; node and edge ids
+of that single index).
+
+Per batch:
+
+1. **encode** on the driver (the index's encoders; :meth:`Pipeline.encode`);
+2. **recall**: the packed queries go to every shard at once (one object-store copy); each
+   returns its documents' best-unit scores per side (:meth:`.shard.Shard.recall_scores`); the
+   driver places them in the global order and fuses (:func:`.fusion.fuse`), giving the global
+   top-Kd of every query;
+3. **gather**: the union of the batch's recalled documents is fetched from the shards holding
+   them (one call per shard, in parallel; documents already fetched are served from a driver
+   cache keyed by (doc id, sequence number), which a re-added document never matches) and put in
+   a gathered in-memory index, itself cached per document set (:mod:`.gather`);
+4. **stages 2-7** run on the driver over the gathered index (``Pipeline.retrieve_batch`` with
+   ``encoded=`` and ``recall=``), and the results' ids are mapped to global ids.
+
+Gathering to the driver keeps one code path for every placement of the Kd documents (one shard
+or many) and makes cross-shard alias merging exact for free; its cost is moving the Kd documents'
+graphs and vectors (see ``benchmarks/results/ray_shards.md`` for bytes and times).
+
+**Failures.** A shard whose actor dies during a batch (killed, its node lost) makes the batch
+fail with :class:`~.corpus.ShardUnavailableError` (naming the shard), never return results
+computed without it. With ``retries > 0`` the dead shard's actor is restarted over its directory
+(the data is on disk) and the whole batch runs again from stage 1.
+
+``recall_ranker="prefilter"`` is refused: its centroids are trained per store, so per-shard
+prefilters would not rank like the single index's.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..kg.index import KnowledgeIndex
+from ..pipeline.config import PipelineConfig
+from ..pipeline.pipeline import Pipeline, Result
+from ..pipeline.query import Query
+from ..pipeline.recall import Recall
+from .corpus import ShardedIndex, ShardUnavailableError, _ray
+from .fusion import fuse, side_rows
+from .gather import IdMap, gathered_index, to_global
+
+RANKERS = ("maxsim", "pooled")
+
+
+class ShardedPipeline:
+    """Retrieval over a sharded index.
+
+    Args:
+        sharded: the :class:`ShardedIndex`.
+        config: a :class:`PipelineConfig` (``recall_ranker`` maxsim or pooled).
+        retries: times a batch is run again after a shard's actor died (each time the dead
+            actors are restarted first); 0: raise at once.
+        doc_cache: gathered documents kept on the driver (graphs and vectors), 0 to disable.
+        view_cache: gathered indexes kept per document set, 0 to disable.
+        on_stage: None, or ``callable(stage_name)`` called after ``"recall"`` and ``"gather"``.
+        generator, record_extractor, num_threads: as :class:`Pipeline`.
+    """
+
+    def __init__(self, sharded: ShardedIndex, config: PipelineConfig | None = None, *, retries: int = 1,
+                 doc_cache: int = 1024, view_cache: int = 16, on_stage: Callable[[str], None] | None = None,
+                 generator=None, record_extractor=None, num_threads: int | None = None):
+        if not isinstance(sharded, ShardedIndex):
+            raise TypeError(f"sharded: expected a ShardedIndex, got {type(sharded).__name__}")
+        config = PipelineConfig() if config is None else config
+        if not isinstance(config, PipelineConfig):
+            raise TypeError(f"config: expected a PipelineConfig or None, got {type(config).__name__}")
+        if config.recall_ranker not in RANKERS:
+            raise ValueError(f"config.recall_ranker: expected one of {RANKERS} on a sharded index, got "
+                             f"{config.recall_ranker!r} (prefilter centroids are per store, not per shard)")
+        for name, v in (("retries", retries), ("doc_cache", doc_cache), ("view_cache", view_cache)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
+        if on_stage is not None and not callable(on_stage):
+            raise TypeError(f"on_stage: expected None or a callable, got {type(on_stage).__name__}")
+        self.sharded, self.config, self.retries = sharded, config, retries
+        self.on_stage = on_stage
+        self.options = dict(generator=generator, record_extractor=record_extractor, num_threads=num_threads)
+        # encodes queries exactly as the single-process pipeline does (an empty index: nothing else is read)
+        self._encoder = Pipeline(KnowledgeIndex(sharded.encoders, dtype=sharded.dtype), sharded.encoders, config,
+                                 **self.options)
+        self._docs: OrderedDict = OrderedDict()   # (doc_id, seq) -> (graph, vectors)
+        self._views: OrderedDict = OrderedDict()  # (map version, seqs) -> (Pipeline, IdMap)
+        self._columns: dict = {}                  # (shard, shard index version, map version) -> (cols, positions)
+        self.doc_cache, self.view_cache = doc_cache, view_cache
+        self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0}
+
+    def retrieve(self, query: Query | str) -> Result:
+        return self.retrieve_batch([query])[0]
+
+    def retrieve_batch(self, queries: Sequence[Query | str]) -> list[Result]:
+        """Results equal to ``Pipeline(single_index).retrieve_batch(queries)`` (ids included)."""
+        attempt = 0
+        while True:
+            try:
+                with self.sharded.lock:
+                    return self._run(queries)
+            except ShardUnavailableError as exc:
+                if attempt >= self.retries:
+                    raise
+                attempt += 1
+                self.stats["retries"] += 1
+                self.sharded.restart(exc.shard)
+
+    # -- one attempt ------------------------------------------------------------------------------
+    def _run(self, queries) -> list[Result]:
+        ray = _ray()
+        cfg, sh = self.config, self.sharded
+        t0 = time.perf_counter()
+        enc = self._encoder.encode(queries)
+        qs = Pipeline._queries(queries)
+        t_encode = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rows = side_rows(cfg, enc["has_image"], enc["image"])
+        payload = {side: (*(enc["text"] if side == "text" else enc["image"]), r) for side, r in rows.items()}
+        n = sh.map.n_shards
+        arg = ray.put(payload) if n > 1 else payload
+        refs = [sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker) for i in range(n)]
+        answers = [sh.get(i, r) for i, r in enumerate(refs)]
+        order = sh.map.order()
+        n_docs = len(order["ids"])
+        per_side = []
+        for side, r in rows.items():
+            scores = np.full((r.size, n_docs), -np.inf, np.float32)
+            units = 0
+            for i, a in enumerate(answers):
+                cols, pos = self._placed(i, a, order)
+                s, u = a[side]
+                scores[:, pos] = s[:, cols]
+                units += int(u[cols].sum())
+            per_side.append((side, r, torch.from_numpy(scores), units))
+        recall = fuse(len(qs), per_side, n_docs, cfg)
+        t_recall = time.perf_counter() - t0
+        if self.on_stage is not None:
+            self.on_stage("recall")
+        t0 = time.perf_counter()
+        positions = np.unique(np.concatenate(recall.docs)) if recall.docs else np.zeros(0, np.int64)
+        pipe, ids = self._gathered(positions.astype(np.int64), order)
+        t_gather = time.perf_counter() - t0
+        if self.on_stage is not None:
+            self.on_stage("gather")
+        local = Recall([np.searchsorted(positions, d).astype(np.int64) for d in recall.docs], recall.scores,
+                       recall.sides, recall.units, recall.paths)
+        results = pipe.retrieve_batch(qs, encoded=enc, recall=local)
+        self.stats["batches"] += 1
+        for res in results:
+            to_global(res, ids)
+            res.timings.update(encode=t_encode, recall=t_recall, gather=t_gather)
+        return results
+
+    def _placed(self, shard: int, answer: dict, order: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Columns of a shard's answer that the map lists on that shard, and their global positions."""
+        key = (shard, answer["version"], self.sharded.map.version, len(answer["doc_ids"]))
+        got = self._columns.get(key)
+        if got is None:
+            pos_of, smap = order["position"], self.sharded.map.docs
+            cols = [c for c, d in enumerate(answer["doc_ids"]) if d in smap and smap[d].shard == shard]
+            got = (np.asarray(cols, np.int64), np.asarray([pos_of[answer["doc_ids"][c]] for c in cols], np.int64))
+            self._columns = {k: v for k, v in self._columns.items() if k[0] != shard}
+            self._columns[key] = got
+        return got
+
+    def _gathered(self, positions: np.ndarray, order: dict) -> tuple[Pipeline, IdMap]:
+        sh = self.sharded
+        doc_ids = [order["ids"][p] for p in positions.tolist()]
+        seqs = tuple(sh.map.docs[d].seq for d in doc_ids)
+        key = (sh.map.version, seqs)
+        if key in self._views:
+            self._views.move_to_end(key)
+            return self._views[key]
+        want: dict[int, list[str]] = {}
+        for d in doc_ids:
+            if (d, sh.map.docs[d].seq) not in self._docs:
+                want.setdefault(sh.map.docs[d].shard, []).append(d)
+        refs = [(s, sh.actors[s].stored_documents.remote(ds)) for s, ds in want.items()]
+        for (s, r), ds in zip(refs, want.values()):
+            for d, item in zip(ds, sh.get(s, r)):
+                self._docs[(d, sh.map.docs[d].seq)] = item
+                self.stats["documents_fetched"] += 1
+                self.stats["bytes_fetched"] += sum(v.values.numel() * v.values.element_size() for v in item[1].values())
+        items = []
+        for d in doc_ids:
+            k = (d, sh.map.docs[d].seq)
+            self._docs.move_to_end(k)
+            items.append(self._docs[k])
+        while len(self._docs) > self.doc_cache:
+            self._docs.popitem(last=False)
+        index = gathered_index(sh.encoders, sh.dtype, items)
+        pipe = Pipeline(index, sh.encoders, self.config, **self.options)
+        got = (pipe, IdMap(index, positions, order["node_first"], order["edge_first"]))
+        if self.view_cache:
+            self._views[key] = got
+            while len(self._views) > self.view_cache:
+                self._views.popitem(last=False)
+        return got
+
+
+__all__ = ["RANKERS", "ShardedPipeline"]

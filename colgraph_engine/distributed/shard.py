@@ -1,0 +1,120 @@
+"""One shard: an index directory of its own, served by one process (a Ray actor, see
+:mod:`.corpus`; the class itself is plain Python and runs in-process too).
+
+A shard answers two questions of the query path:
+
+* :meth:`Shard.recall_scores` (stage 1, scattered to every shard): per side, every document's
+  best unit score for each query row, exactly as the single-process recall computes it
+  (``pipeline.recall._side_scores`` over this shard's stores), with the document ids in the
+  shard's order. The driver puts the columns in global order and fuses (:mod:`.fusion`).
+* :meth:`Shard.stored_documents` (the gather before stages 2-7): the recalled documents' graphs
+  and vectors, in the index's dtype, as :meth:`KnowledgeIndex.add_documents` takes them back.
+
+Writes (:meth:`add`, :meth:`remove`) go through the shard's own :class:`KnowledgeIndex`
+directory (committed before the call returns). A shard opens its directory with encoders=None:
+queries are encoded on the driver, and documents arrive encoded.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..kg.index import KnowledgeIndex
+from ..pipeline.recall import IMAGE_STORES, TEXT_STORES, _side_scores
+from ..pipeline.view import IndexView
+
+SIDE_STORES = {"text": TEXT_STORES, "image": IMAGE_STORES}
+
+
+class Shard:
+    """One shard's index, opened (or created empty) in `path`.
+
+    Args:
+        path: the shard's index directory.
+        create: ``None`` (open), or ``{"dims": {store: d}, "dtype": "float32" | ...}`` to create
+            an empty index there when none exists yet.
+        torch_threads: torch's intra-op threads in this process (None: leave as is).
+    """
+
+    def __init__(self, path: str | os.PathLike, create: dict | None = None, torch_threads: int | None = None):
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)
+        self.path = Path(path)
+        if create is not None and not (self.path / "manifest.json").exists():
+            dtype = getattr(torch, create["dtype"])
+            self.index = KnowledgeIndex.create(self.path, None, dtype=dtype, dims=create["dims"])
+        else:
+            self.index = KnowledgeIndex.open(self.path, None, verify=False)
+        self._view: IndexView | None = None
+
+    def _current_view(self) -> IndexView:
+        if self._view is None or self._view.graph is not self.index.graph or self._view.version != self.index.version:
+            self._view = IndexView(self.index)
+            self._units_cache: dict[str, np.ndarray] = {}
+        return self._view
+
+    def ping(self) -> int:
+        """The process id (a liveness check)."""
+        return os.getpid()
+
+    def documents(self) -> list[str]:
+        return self.index.documents
+
+    # -- query path -------------------------------------------------------------------------------
+    def recall_scores(self, sides: dict[str, tuple], ranker: str) -> dict:
+        """Stage 1 on this shard.
+
+        Args:
+            sides: ``{"text" | "image": (values [T, d] float32, offsets [Nq+1] int64, rows [r] int64)}``,
+                the packed queries of the batch and the rows scored on that side.
+            ranker: ``"maxsim"`` or ``"pooled"``.
+
+        Returns ``{"doc_ids": [D] in this shard's order, "version": index version,
+        side: (scores [r, D] float32 with -inf where a document has no unit, units [D] int64:
+        each document's items in the side's stores)}``.
+        """
+        view = self._current_view()
+        out: dict = {"doc_ids": view.doc_ids, "version": view.version}
+        for side, (qv, qo, rows) in sides.items():
+            best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64))
+            out[side] = (best.numpy(), self._units(view, side))
+        return out
+
+    def _units(self, view: IndexView, side: str) -> np.ndarray:
+        """``[D]`` items of each document in the side's stores (what stage 1 scores), so the
+        driver counts only the documents the map lists here."""
+        if side not in self._units_cache:
+            units = np.zeros(view.n_documents, np.int64)
+            for name in SIDE_STORES[side]:
+                sv = view.stores.get(name)
+                if sv is not None and sv.doc.size:
+                    units += np.bincount(np.searchsorted(view.numbers, sv.doc), minlength=view.n_documents)
+            self._units_cache[side] = units
+        return self._units_cache[side]
+
+    def stored_documents(self, doc_ids: list[str]) -> list[tuple]:
+        """``[(graph, vectors)]`` of `doc_ids` (DocumentGraph, {store: ItemVectors}), in that order."""
+        out = []
+        for d in doc_ids:
+            s = self.index._stored(d)  # noqa: SLF001 - the index's own export of a document with its vectors
+            out.append((s.graph, s.vectors))
+        return out
+
+    # -- writes -----------------------------------------------------------------------------------
+    def add(self, graphs: list, vectors: list[dict]) -> int:
+        """Adds documents (graphs and their vectors) as one commit; returns the document count."""
+        self.index.add_documents(graphs, vectors)
+        return len(self.index)
+
+    def remove(self, doc_ids: list[str]) -> int:
+        """Removes documents (each one commit); ids it does not hold are skipped."""
+        for d in doc_ids:
+            if d in self.index:
+                self.index.remove_document(d)
+        return len(self.index)
+
+
+__all__ = ["SIDE_STORES", "Shard"]
