@@ -155,9 +155,9 @@ def to_markdown(rep: dict) -> str:
     lines += ["", f"Directory adds: of the in-place call, the commit (vector appends, one part file, the parts "
                   f"folder and a manifest of {rep['manifest_bytes'] / 1024:,.1f} KiB fsync'ed in one concurrent round, "
                   f"then the index folder after the rename) takes {d:.2f} ms (median); "
-                  f"{rep['add']['directory']['fsyncs_per_add']:.0f} fsyncs per add (os.fsync calls counted). The "
-                  f"directory's re-assembly is cheaper than the in-memory one: a mapped part gives its columns in one "
-                  f"slice each, where held documents give one array per document.", "",
+                  f"{rep['add']['directory']['fsyncs_per_add']:.0f} fsyncs per add (os.fsync calls counted). Re-assembly "
+                  f"concatenates the documents' columns: a mapped part (directory) gives them in one slice each, a "
+                  f"document held in memory gives its own arrays.", "",
               "| open (fresh process) | open s | RSS after open | RSS after assembling the graph | "
               "graph bytes: parts / native | RSS after assembling / (parts + native) |", "|---|---|---|---|---|---|"]
     for key, o in rep["open"].items():
