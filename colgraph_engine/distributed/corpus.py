@@ -47,6 +47,7 @@ from .._atomic import fsync_dir, fsync_file
 from ..kg.document import DocumentGraph, DocumentInput, build_document_graph
 from ..kg.index import KnowledgeIndex
 from ..kg.vectors import Encoders, encode_document
+from .gather import item_vectors
 from .shard import Shard
 from .shard_map import Move, ShardMap
 
@@ -297,7 +298,7 @@ class ShardedIndex:
             moves = self.map.plan_rebalance(tolerance)
             for m in moves:
                 (graph, vectors), = self.call(m.src, "stored_documents", [m.doc_id])
-                self.call(m.dst, "add", [graph], [vectors])
+                self.call(m.dst, "add", [graph], [item_vectors(vectors, self.dtype)])
                 new_map = copy.deepcopy(self.map)
                 new_map.move(m.doc_id, m.dst)
                 new_map.save(self.root)

@@ -29,13 +29,33 @@ import numpy as np
 import torch
 
 from ..kg.index import KnowledgeIndex
-from ..kg.vectors import Encoders
+from ..kg.vectors import Encoders, ItemVectors
 from ..pipeline.pipeline import Result
 
 
+def item_vectors(vectors: dict, dtype: torch.dtype) -> dict[str, ItemVectors]:
+    """``{store: ItemVectors}`` from a shard's ``{store: (local, values, offsets)}`` numpy arrays
+    (:meth:`.shard.Shard.stored_documents`); bfloat16 values arrive as their int16 bits."""
+    out = {}
+    for store, (local, values, offsets) in vectors.items():
+        v = torch.from_numpy(np.require(values, requirements="W"))  # a private copy when Ray handed a read-only view
+        out[store] = ItemVectors(local, v.view(torch.bfloat16) if dtype == torch.bfloat16 else v,
+                                 torch.from_numpy(np.require(offsets, requirements="W")))
+    return out
+
+
+class _GatheredIndex(KnowledgeIndex):
+    """An in-memory index of documents taken from committed shard indexes: their vectors were
+    validated (shapes, ids, finite values) when first added, so adding them here skips that
+    second pass (about half of the gathered index's build time)."""
+
+    def _check_vectors(self, g, vectors, what: str) -> None:
+        return None
+
+
 def gathered_index(encoders: Encoders, dtype: torch.dtype, docs: list[tuple]) -> KnowledgeIndex:
-    """An in-memory index of ``docs = [(graph, vectors)]`` (already in global order)."""
-    index = KnowledgeIndex(encoders, dtype=dtype)
+    """An in-memory index of ``docs = [(graph, {store: ItemVectors})]`` (already in global order)."""
+    index = _GatheredIndex(encoders, dtype=dtype)
     if docs:
         index.add_documents([g for g, _ in docs], [v for _, v in docs])
     return index
@@ -101,4 +121,4 @@ def to_global(r: Result, ids: IdMap) -> Result:
     return r
 
 
-__all__ = ["IdMap", "gathered_index", "to_global"]
+__all__ = ["IdMap", "gathered_index", "item_vectors", "to_global"]

@@ -45,7 +45,7 @@ from ..pipeline.query import Query
 from ..pipeline.recall import Recall
 from .corpus import ShardedIndex, ShardUnavailableError, _ray
 from .fusion import fuse, side_rows
-from .gather import IdMap, gathered_index, to_global
+from .gather import IdMap, gathered_index, item_vectors, to_global
 
 RANKERS = ("maxsim", "pooled")
 
@@ -181,10 +181,10 @@ class ShardedPipeline:
                 want.setdefault(sh.map.docs[d].shard, []).append(d)
         refs = [(s, sh.actors[s].stored_documents.remote(ds)) for s, ds in want.items()]
         for (s, r), ds in zip(refs, want.values()):
-            for d, item in zip(ds, sh.get(s, r)):
-                self._docs[(d, sh.map.docs[d].seq)] = item
+            for d, (graph, vectors) in zip(ds, sh.get(s, r)):
+                self._docs[(d, sh.map.docs[d].seq)] = (graph, item_vectors(vectors, sh.dtype))
                 self.stats["documents_fetched"] += 1
-                self.stats["bytes_fetched"] += sum(v.values.numel() * v.values.element_size() for v in item[1].values())
+                self.stats["bytes_fetched"] += sum(a.nbytes for v in vectors.values() for a in v)
         items = []
         for d in doc_ids:
             k = (d, sh.map.docs[d].seq)
