@@ -88,7 +88,9 @@ class ShardedPipeline:
                                  **self.options)
         self._docs: OrderedDict = OrderedDict()   # (doc_id, seq) -> (graph, vectors)
         self._views: OrderedDict = OrderedDict()  # (map version, seqs) -> (Pipeline, IdMap)
-        self._columns: dict = {}                  # (shard, shard index version, map version) -> (cols, positions)
+        self._known: dict[int, dict] = {}         # shard -> its last answer's version, doc ids, units
+        self._columns: dict = {}                  # (shard, shard version, map version) -> (cols, positions, units)
+        self.last_shard_seconds: list[float] = []  # each shard's stage-1 compute time in the last batch
         self.doc_cache, self.view_cache = doc_cache, view_cache
         self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0}
 
@@ -122,19 +124,20 @@ class ShardedPipeline:
         payload = {side: (*(enc["text"] if side == "text" else enc["image"]), r) for side, r in rows.items()}
         n = sh.map.n_shards
         arg = ray.put(payload) if n > 1 else payload
-        refs = [sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker) for i in range(n)]
+        refs = [sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, self._known.get(i, {}).get("version"))
+                for i in range(n)]
         answers = [sh.get(i, r) for i, r in enumerate(refs)]
+        self.last_shard_seconds = [a["seconds"] for a in answers]
         order = sh.map.order()
         n_docs = len(order["ids"])
+        placed = [self._placed(i, a, order) for i, a in enumerate(answers)]
         per_side = []
         for side, r in rows.items():
             scores = np.full((r.size, n_docs), -np.inf, np.float32)
             units = 0
-            for i, a in enumerate(answers):
-                cols, pos = self._placed(i, a, order)
-                s, u = a[side]
-                scores[:, pos] = s[:, cols]
-                units += int(u[cols].sum())
+            for a, (cols, pos, unit_sums) in zip(answers, placed):
+                scores[:, pos] = a[side][:, cols]
+                units += unit_sums[side]
             per_side.append((side, r, torch.from_numpy(scores), units))
         recall = fuse(len(qs), per_side, n_docs, cfg)
         t_recall = time.perf_counter() - t0
@@ -155,14 +158,20 @@ class ShardedPipeline:
             res.timings.update(encode=t_encode, recall=t_recall, gather=t_gather)
         return results
 
-    def _placed(self, shard: int, answer: dict, order: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Columns of a shard's answer that the map lists on that shard, and their global positions."""
-        key = (shard, answer["version"], self.sharded.map.version, len(answer["doc_ids"]))
+    def _placed(self, shard: int, answer: dict, order: dict) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Columns of a shard's answer that the map lists on that shard, their global positions,
+        and those documents' summed units per side (cached per shard version and map version)."""
+        if "doc_ids" in answer:
+            self._known[shard] = {"version": answer["version"], "doc_ids": answer["doc_ids"],
+                                  "units": answer["units"]}
+        known = self._known[shard]
+        key = (shard, known["version"], self.sharded.map.version)
         got = self._columns.get(key)
         if got is None:
-            pos_of, smap = order["position"], self.sharded.map.docs
-            cols = [c for c, d in enumerate(answer["doc_ids"]) if d in smap and smap[d].shard == shard]
-            got = (np.asarray(cols, np.int64), np.asarray([pos_of[answer["doc_ids"][c]] for c in cols], np.int64))
+            pos_of, smap, ids = order["position"], self.sharded.map.docs, known["doc_ids"]
+            cols = np.asarray([c for c, d in enumerate(ids) if d in smap and smap[d].shard == shard], np.int64)
+            pos = np.asarray([pos_of[ids[c]] for c in cols.tolist()], np.int64)
+            got = (cols, pos, {side: int(u[cols].sum()) for side, u in known["units"].items()})
             self._columns = {k: v for k, v in self._columns.items() if k[0] != shard}
             self._columns[key] = got
         return got

@@ -17,6 +17,8 @@ queries are encoded on the driver, and documents arrive encoded.
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,7 @@ class Shard:
         else:
             self.index = KnowledgeIndex.open(self.path, None, verify=False)
         self._view: IndexView | None = None
+        self._token = uuid.uuid4().hex  # versions of different actor lives never compare equal
 
     def _current_view(self) -> IndexView:
         if self._view is None or self._view.graph is not self.index.graph or self._view.version != self.index.version:
@@ -64,24 +67,49 @@ class Shard:
         return self.index.documents
 
     # -- query path -------------------------------------------------------------------------------
-    def recall_scores(self, sides: dict[str, tuple], ranker: str) -> dict:
+    def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None) -> dict:
         """Stage 1 on this shard.
 
         Args:
             sides: ``{"text" | "image": (values [T, d] float32, offsets [Nq+1] int64, rows [r] int64)}``,
                 the packed queries of the batch and the rows scored on that side.
             ranker: ``"maxsim"`` or ``"pooled"``.
+            known: the ``version`` of this shard's answer the caller already holds the document
+                list of (None: none).
 
-        Returns ``{"doc_ids": [D] in this shard's order, "version": index version,
-        side: (scores [r, D] float32 with -inf where a document has no unit, units [D] int64:
-        each document's items in the side's stores)}``.
+        Returns ``{"version": str (this actor and its index version), "seconds": compute time,
+        side: scores [r, D] float32 (-inf where a document has no unit), in this shard's document
+        order}``; when `known` is not ``version``, also ``"doc_ids": [D]`` and ``"units":
+        {side: [D] int64}`` (each document's items in the side's stores, for every side), so
+        the caller counts only the documents the map lists here.
         """
+        t0 = time.perf_counter()
         view = self._current_view()
-        out: dict = {"doc_ids": view.doc_ids, "version": view.version}
+        key = f"{self._token}:{view.version}"
+        out: dict = {"version": key}
         for side, (qv, qo, rows) in sides.items():
             best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64))
-            out[side] = (best.numpy(), self._units(view, side))
+            out[side] = best.numpy()
+        if known != key:
+            out["doc_ids"] = view.doc_ids
+            out["units"] = {side: self._units(view, side) for side in SIDE_STORES}
+        out["seconds"] = time.perf_counter() - t0
         return out
+
+    def memory(self) -> dict:
+        """What this shard holds: documents, items, vector bytes, the merged graph's native
+        bytes, and this process's resident set (``VmRSS``, bytes; 0 where /proc is missing)."""
+        view = self._current_view()
+        rss = 0
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return {"documents": len(self.index), "items": sum(v.n_slots for v in view.vectors.values()),
+                "vector_bytes": sum(v.values.numel() * v.values.element_size() for v in view.vectors.values()),
+                "graph_bytes": int(self.index.graph.memory_bytes()), "rss_bytes": rss}
 
     def _units(self, view: IndexView, side: str) -> np.ndarray:
         """``[D]`` items of each document in the side's stores (what stage 1 scores), so the
