@@ -33,6 +33,7 @@ CONFIGS = [
     PipelineConfig(kd=5, retrieval="chunks"),
     PipelineConfig(kd=6, recall_ranker="pooled", visual_ranker="pooled", recall_side="text"),
     PipelineConfig(kd=2, recall_side="image"),
+    PipelineConfig(kd=7, fusion="weighted", recall_side="text"),
 ]
 
 
@@ -128,14 +129,25 @@ def test_sharded_results_equal_the_single_process_pipeline(sharded, single):
         for v in np.flatnonzero(g.node_kind == NodeKind.ENTITY).tolist():
             names.setdefault(normalize_name(g.node_name[v]), set()).add(smap.shard_of(d))
     assert any(len(s) > 1 for s in names.values()), "no alias group spans shards"
-    spans = 0
+    spans = top = 0
+    text_only = [q for q in qs if not isinstance(q, Query) or q.image is None]
     for cfg in CONFIGS:
         ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
-        got = ShardedPipeline(sharded, cfg).retrieve_batch(qs)
-        assert_identical(ref, got, repr(cfg))
+        # on its own batch: weighted fusion weighs a side by text_weight only when the batch uses two
+        ref_text = Pipeline(single, ENC, cfg).retrieve_batch(text_only)
+        for protocol in ("full", "top"):
+            pipe = ShardedPipeline(sharded, cfg, protocol=protocol)
+            got = pipe.retrieve_batch(qs)
+            assert_identical(ref, got, f"{cfg!r} {protocol}")
+            # text-only batches take the top-Kd lists (when the shards' document lists are known)
+            got = pipe.retrieve_batch(text_only)
+            assert_identical(ref_text, got, f"{cfg!r} {protocol} text only")
+            top += pipe.stats["top_batches"]
+            assert protocol == "top" or pipe.stats["top_batches"] == 0
         spans += sum(len({smap.shard_of(d) for d, _ in r.documents}) > 1 for r in got)
         assert any(r.images for r in got) or cfg.recall_side == "image"
     assert spans > 0, "no query's documents spanned shards"
+    assert top == len(CONFIGS), "the top-Kd protocol was not used (or left a batch undecided)"
     one = ShardedPipeline(sharded).retrieve(qs[0])  # a batch of one, and the view cache's second use
     assert summary(one) == summary(Pipeline(single, ENC).retrieve(qs[0]))
 
@@ -228,3 +240,43 @@ def test_bad_input_is_named(sharded, tmp_path):
         ShardedIndex.open(tmp_path / "nothing", ENC)
     with pytest.raises(TypeError, match="queries"):
         ShardedPipeline(sharded).retrieve_batch("a question, not a list")
+
+
+# -- the top-Kd protocol's exactness (no Ray) -----------------------------------------------------
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_top_lists_merge_to_the_full_fusion_or_say_undecided(fusion):
+    from colgraph_engine.distributed.fusion import fuse, fuse_top, merge_top
+    from colgraph_engine.distributed.shard import _top_lists
+    import torch
+    gen = torch.Generator().manual_seed(7)
+    decided = 0
+    for trial in range(60):
+        n_docs, nq, kd = 40, 5, [1, 3, 10, 50][trial % 4]
+        s = torch.randn(nq, n_docs, generator=gen)
+        if trial % 3 == 0:
+            s = (s * 4).round() / 4          # many exact ties
+        if trial % 5 == 0:
+            s = 1.0 + 1e-7 * torch.randn(nq, n_docs, generator=gen)  # float32 ties after min-max
+        s[torch.rand(nq, n_docs, generator=gen) < 0.2] = -torch.inf   # documents without units
+        shard_of = torch.randint(0, 3, (n_docs,), generator=gen).numpy()
+        rows = np.arange(nq)
+        cfg = PipelineConfig(kd=kd, fusion=fusion)
+        full = fuse(nq, [("text", rows, s, 11)], n_docs, cfg)
+        tops, col2pos = [], []
+        for j in range(3):
+            cols = np.flatnonzero(shard_of == j)
+            cols = cols[torch.randperm(cols.size, generator=gen).numpy()]  # a shard's order is not the global one
+            tops.append(_top_lists(s[:, torch.from_numpy(cols)], kd))
+            col2pos.append(cols)
+        got = fuse_top(nq, [merge_top("text", rows, tops, col2pos, 11)], n_docs, cfg)
+        if got is None:
+            assert fusion == "weighted"
+            continue
+        decided += 1
+        for a, b in zip(full.docs, got.docs):
+            assert a.tolist() == b.tolist()
+        for a, b in zip(full.scores, got.scores):
+            assert a.tobytes() == b.tobytes()
+        assert full.units == got.units and full.sides == got.sides
+    assert decided >= 40

@@ -12,6 +12,8 @@ in the same order.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -81,4 +83,92 @@ def fuse(nq: int, per_side: list[tuple[str, np.ndarray, torch.Tensor, int]], n_d
     return Recall(docs, scores, [tuple(s) for s in sides], units, [{} for _ in range(nq)])
 
 
-__all__ = ["fuse", "side_rows"]
+@dataclass
+class SideTop:
+    """One side of a batch in the top-k protocol, merged over shards: per row ``pos[j]`` and
+    ``scores[j]`` (the shards' top lists in global positions), ``lo`` / ``hi`` ``[r]`` (global
+    min / max finite score), ``cut[j]`` (the highest k-th score of a shard that left finite
+    documents out; None when none did)."""
+    side: str
+    rows: np.ndarray
+    pos: list[np.ndarray]
+    scores: list[np.ndarray]
+    lo: np.ndarray
+    hi: np.ndarray
+    cut: list[float | None]
+    units: int
+
+
+def merge_top(side: str, rows: np.ndarray, tops: list[dict], col2pos: list[np.ndarray], units: int) -> SideTop:
+    """One side's top lists of every shard (``tops[i]``: shard i's answer for the side, see
+    :meth:`.shard.Shard.recall_scores`; ``col2pos[i]``: its columns' global positions) merged
+    per row."""
+    pos, scores, cut = [], [], []
+    lo = np.full(rows.size, np.inf, np.float32)
+    hi = np.full(rows.size, -np.inf, np.float32)
+    for j in range(rows.size):
+        p_j, s_j, c_j = [], [], None
+        for t, c2p in zip(tops, col2pos):
+            p_j.append(c2p[t["cols"][j]])
+            s_j.append(t["scores"][j])
+            lo[j], hi[j] = min(lo[j], t["lo"][j]), max(hi[j], t["hi"][j])
+            if t["truncated"][j]:
+                c_j = float(t["cut"][j]) if c_j is None else max(c_j, float(t["cut"][j]))
+        pos.append(np.concatenate(p_j) if p_j else np.zeros(0, np.int64))
+        scores.append(np.concatenate(s_j) if s_j else np.zeros(0, np.float32))
+        cut.append(c_j)
+    return SideTop(side, rows, pos, scores, lo, hi, cut, units)
+
+
+def fuse_top(nq: int, per_side: list[SideTop], n_docs: int, cfg: PipelineConfig) -> Recall | None:
+    """The same top-Kd as :func:`fuse` from the shards' top-k lists, for batches where every
+    query row uses one side only; None when the lists cannot decide it exactly (then the
+    caller asks for every score).
+
+    Why exact: with one side per row, the fused order is the side's order (descending score,
+    then global position) up to ties the fusion itself makes. Each shard sent every document
+    scoring at least its k-th best, so the merged lists hold the global top k with their exact
+    global ranks (every document ahead of one of them is in some list), which is all RRF needs.
+    Weighted fusion maps scores through ``w * (s - lo) / span`` in float32, which can tie two
+    different scores; the result is exact when the k-th fused value beats the fused value of
+    every score a truncated shard left out (below its cut; fused is monotone in the score, so
+    the float32 just below the highest cut bounds them all): nothing unseen can tie or pass it;
+    else None.
+    """
+    sides: list[list[str]] = [[] for _ in range(nq)]
+    units = [0] * nq
+    docs: list[np.ndarray | None] = [None] * nq
+    scores: list[np.ndarray | None] = [None] * nq
+    k = min(cfg.kd, n_docs)
+    w = {0: cfg.text_weight, 1: 1.0 - cfg.text_weight}
+    for side_i, st in enumerate(per_side):
+        for j, qi in enumerate(st.rows.tolist()):
+            if docs[qi] is not None:
+                raise ValueError("fuse_top: a query row appears on two sides (use fuse)")
+            sides[qi].append(st.side)
+            units[qi] += st.units
+            pos, sc = st.pos[j], st.scores[j]
+            if cfg.fusion == "rrf":
+                order = np.lexsort((pos, -sc.astype(np.float64)))[:k]
+                fused = 1.0 / (cfg.rrf_k + torch.arange(1, order.size + 1).double())
+            else:
+                s_t = torch.from_numpy(np.ascontiguousarray(sc, np.float32))
+                lo = torch.tensor([st.lo[j]], dtype=torch.float32)
+                span = (torch.tensor([st.hi[j]], dtype=torch.float32) - lo).clamp(min=1e-12)
+                weight = w[side_i] if len(per_side) > 1 else 1.0
+                f_all = (weight * ((s_t - lo) / span).double()).numpy()
+                order = np.lexsort((pos, -f_all))[:k]
+                fused = torch.from_numpy(f_all[order])
+                if st.cut[j] is not None and order.size == k:
+                    # unseen documents score below the cut: at most the float32 just below it
+                    below = torch.tensor([np.nextafter(np.float32(st.cut[j]), np.float32(-np.inf))], dtype=torch.float32)
+                    if not float(fused[-1]) > float(weight * ((below - lo) / span).double()):
+                        return None  # an unseen document may tie the k-th
+            docs[qi] = pos[order].astype(np.int64)
+            scores[qi] = fused.numpy().astype(np.float32)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+    return Recall([d if d is not None else empty[0] for d in docs], [s if s is not None else empty[1] for s in scores],
+                  [tuple(s) for s in sides], units, [{} for _ in range(nq)])
+
+
+__all__ = ["SideTop", "fuse", "fuse_top", "merge_top", "side_rows"]

@@ -6,10 +6,15 @@ of that single index).
 Per batch:
 
 1. **encode** on the driver (the index's encoders; :meth:`Pipeline.encode`);
-2. **recall**: the packed queries go to every shard at once (one object-store copy); each
-   returns its documents' best-unit scores per side (:meth:`.shard.Shard.recall_scores`); the
-   driver places them in the global order and fuses (:func:`.fusion.fuse`), giving the global
-   top-Kd of every query;
+2. **recall**: the packed queries go to every shard at once (one object-store copy). When every
+   query of the batch uses one recall side (text-only questions; ``protocol="top"``), each shard
+   returns per query its best Kd documents (ties included) with its min / max score, and the
+   driver merges those lists (:func:`.fusion.fuse_top`: exact global ranks, network and driver
+   work O(shards x Kd)); otherwise (a query fusing text and image sides, a shard whose document
+   list changed, or a weighted fusion the lists cannot decide) each shard returns every
+   document's best-unit score per side and the driver fuses them in the global order
+   (:func:`.fusion.fuse`, O(documents)). Either way the global top-Kd of every query is the
+   single index's;
 3. **gather**: the union of the batch's recalled documents is fetched from the shards holding
    them (one call per shard, in parallel; documents already fetched are served from a driver
    cache keyed by (doc id, sequence number), which a re-added document never matches) and put in
@@ -44,10 +49,11 @@ from ..pipeline.pipeline import Pipeline, Result
 from ..pipeline.query import Query
 from ..pipeline.recall import Recall
 from .corpus import ShardedIndex, ShardUnavailableError, _ray
-from .fusion import fuse, side_rows
+from .fusion import SideTop, fuse, fuse_top, merge_top, side_rows
 from .gather import IdMap, gathered_index, item_vectors, to_global
 
 RANKERS = ("maxsim", "pooled")
+PROTOCOLS = ("top", "full")
 
 
 class ShardedPipeline:
@@ -60,12 +66,15 @@ class ShardedPipeline:
             actors are restarted first); 0: raise at once.
         doc_cache: gathered documents kept on the driver (graphs and vectors), 0 to disable.
         view_cache: gathered indexes kept per document set, 0 to disable.
+        protocol: stage 1's answers: ``"top"`` (each shard sends its best Kd documents per
+            query when every query uses one recall side, else every score) or ``"full"``
+            (every document's score, always).
         on_stage: None, or ``callable(stage_name)`` called after ``"recall"`` and ``"gather"``.
         generator, record_extractor, num_threads: as :class:`Pipeline`.
     """
 
     def __init__(self, sharded: ShardedIndex, config: PipelineConfig | None = None, *, retries: int = 1,
-                 doc_cache: int = 1024, view_cache: int = 16, on_stage: Callable[[str], None] | None = None,
+                 doc_cache: int = 1024, view_cache: int = 16, protocol: str = "top", on_stage: Callable[[str], None] | None = None,
                  generator=None, record_extractor=None, num_threads: int | None = None):
         if not isinstance(sharded, ShardedIndex):
             raise TypeError(f"sharded: expected a ShardedIndex, got {type(sharded).__name__}")
@@ -78,6 +87,8 @@ class ShardedPipeline:
         for name, v in (("retries", retries), ("doc_cache", doc_cache), ("view_cache", view_cache)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
         if on_stage is not None and not callable(on_stage):
             raise TypeError(f"on_stage: expected None or a callable, got {type(on_stage).__name__}")
         self.sharded, self.config, self.retries = sharded, config, retries
@@ -92,7 +103,9 @@ class ShardedPipeline:
         self._columns: dict = {}                  # (shard, shard version, map version) -> (cols, positions, units)
         self.last_shard_seconds: list[float] = []  # each shard's stage-1 compute time in the last batch
         self.doc_cache, self.view_cache = doc_cache, view_cache
-        self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0}
+        self.protocol = protocol
+        self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0, "top_batches": 0,
+                      "top_undecided": 0}
 
     def retrieve(self, query: Query | str) -> Result:
         return self.retrieve_batch([query])[0]
@@ -124,22 +137,27 @@ class ShardedPipeline:
         payload = {side: (*(enc["text"] if side == "text" else enc["image"]), r) for side, r in rows.items()}
         n = sh.map.n_shards
         arg = ray.put(payload) if n > 1 else payload
-        refs = [sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, self._known.get(i, {}).get("version"))
-                for i in range(n)]
-        answers = [sh.get(i, r) for i, r in enumerate(refs)]
-        self.last_shard_seconds = [a["seconds"] for a in answers]
         order = sh.map.order()
         n_docs = len(order["ids"])
-        placed = [self._placed(i, a, order) for i, a in enumerate(answers)]
-        per_side = []
-        for side, r in rows.items():
-            scores = np.full((r.size, n_docs), -np.inf, np.float32)
-            units = 0
-            for a, (cols, pos, unit_sums) in zip(answers, placed):
-                scores[:, pos] = a[side][:, cols]
-                units += unit_sums[side]
-            per_side.append((side, r, torch.from_numpy(scores), units))
-        recall = fuse(len(qs), per_side, n_docs, cfg)
+        one_side = sum(r.size for r in rows.values()) == len(qs)  # no query row on two sides
+        recall = None
+        if self.protocol == "top" and one_side and all(i in self._known for i in range(n)):
+            answers = self._scatter(arg, cfg, top=True, order=order)
+            if all(a["mode"] == "top" for a in answers):
+                recall = fuse_top(len(qs), self._merge_top(answers, rows, order), n_docs, cfg)
+                self.stats["top_batches" if recall is not None else "top_undecided"] += 1
+        if recall is None:
+            answers = self._scatter(arg, cfg, top=False, order=order)
+            placed = [self._columns_of(i, order) for i in range(n)]
+            per_side = []
+            for side, r in rows.items():
+                scores = np.full((r.size, n_docs), -np.inf, np.float32)
+                units = 0
+                for a, (cols, pos, unit_sums, _) in zip(answers, placed):
+                    scores[:, pos] = a[side][:, cols]
+                    units += unit_sums[side]
+                per_side.append((side, r, torch.from_numpy(scores), units))
+            recall = fuse(len(qs), per_side, n_docs, cfg)
         t_recall = time.perf_counter() - t0
         if self.on_stage is not None:
             self.on_stage("recall")
@@ -158,20 +176,50 @@ class ShardedPipeline:
             res.timings.update(encode=t_encode, recall=t_recall, gather=t_gather)
         return results
 
-    def _placed(self, shard: int, answer: dict, order: dict) -> tuple[np.ndarray, np.ndarray, dict]:
-        """Columns of a shard's answer that the map lists on that shard, their global positions,
-        and those documents' summed units per side (cached per shard version and map version)."""
-        if "doc_ids" in answer:
-            self._known[shard] = {"version": answer["version"], "doc_ids": answer["doc_ids"],
-                                  "units": answer["units"]}
+    def _scatter(self, arg, cfg: PipelineConfig, *, top: bool, order: dict) -> list[dict]:
+        """Stage 1 on every shard at once; learns each shard's document list when it changed."""
+        sh = self.sharded
+        refs = []
+        for i in range(sh.map.n_shards):
+            known = self._known.get(i, {}).get("version")
+            skip = self._columns_of(i, order)[3].tolist() if top else None
+            refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip))
+        answers = [sh.get(i, r) for i, r in enumerate(refs)]
+        for i, a in enumerate(answers):
+            if "doc_ids" in a:
+                self._known[i] = {"version": a["version"], "doc_ids": a["doc_ids"], "units": a["units"]}
+        self.last_shard_seconds = [a["seconds"] for a in answers]
+        return answers
+
+    def _merge_top(self, answers: list[dict], rows: dict, order: dict) -> list[SideTop]:
+        """The shards' top lists per side and row, in global positions."""
+        placed = [self._columns_of(i, order) for i in range(len(answers))]
+        col2pos = [self._col2pos(pl) for pl in placed]
+        return [merge_top(side, r, [a[side] for a in answers], col2pos, sum(pl[2][side] for pl in placed))
+                for side, r in rows.items()]
+
+    @staticmethod
+    def _col2pos(placed: tuple) -> np.ndarray:
+        cols, pos, _, skip = placed
+        n = cols.size + skip.size
+        col2pos = np.full(n, -1, np.int64)
+        col2pos[cols] = pos
+        return col2pos
+
+    def _columns_of(self, shard: int, order: dict) -> tuple[np.ndarray, np.ndarray, dict, np.ndarray]:
+        """For the shard's known document list: the columns the map lists on that shard, their
+        global positions, those documents' summed units per side, and the other columns (left
+        over by an interrupted change); cached per shard version and map version."""
         known = self._known[shard]
         key = (shard, known["version"], self.sharded.map.version)
         got = self._columns.get(key)
         if got is None:
             pos_of, smap, ids = order["position"], self.sharded.map.docs, known["doc_ids"]
-            cols = np.asarray([c for c, d in enumerate(ids) if d in smap and smap[d].shard == shard], np.int64)
+            listed = np.asarray([d in smap and smap[d].shard == shard for d in ids], bool)
+            cols = np.flatnonzero(listed).astype(np.int64)
             pos = np.asarray([pos_of[ids[c]] for c in cols.tolist()], np.int64)
-            got = (cols, pos, {side: int(u[cols].sum()) for side, u in known["units"].items()})
+            got = (cols, pos, {side: int(u[cols].sum()) for side, u in known["units"].items()},
+                   np.flatnonzero(~listed).astype(np.int64))
             self._columns = {k: v for k, v in self._columns.items() if k[0] != shard}
             self._columns[key] = got
         return got
@@ -211,4 +259,4 @@ class ShardedPipeline:
         return got
 
 
-__all__ = ["RANKERS", "ShardedPipeline"]
+__all__ = ["PROTOCOLS", "RANKERS", "ShardedPipeline"]

@@ -67,7 +67,8 @@ class Shard:
         return self.index.documents
 
     # -- query path -------------------------------------------------------------------------------
-    def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None) -> dict:
+    def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None, top: int | None = None,
+                      skip: list[int] | None = None) -> dict:
         """Stage 1 on this shard.
 
         Args:
@@ -76,20 +77,34 @@ class Shard:
             ranker: ``"maxsim"`` or ``"pooled"``.
             known: the ``version`` of this shard's answer the caller already holds the document
                 list of (None: none).
+            top: None (every document's score), or k: per row only the best k documents (see
+                below); honoured only when `known` is the current version (the caller's column
+                numbers must be this shard's).
+            skip: columns to leave out of `top` lists (documents the map does not list here).
 
-        Returns ``{"version": str (this actor and its index version), "seconds": compute time,
-        side: scores [r, D] float32 (-inf where a document has no unit), in this shard's document
-        order}``; when `known` is not ``version``, also ``"doc_ids": [D]`` and ``"units":
-        {side: [D] int64}`` (each document's items in the side's stores, for every side), so
-        the caller counts only the documents the map lists here.
+        Returns ``{"version": str (this actor and its index version), "mode": "full" | "top",
+        "seconds": compute time, side: ...}`` in this shard's document order, where side is
+        ``scores [r, D]`` float32 (-inf where a document has no unit) in mode full, and in mode
+        top ``{"cols": [r] arrays, "scores": [r] float32 arrays, "cut": [r], "truncated": [r],
+        "lo": [r], "hi": [r]}``: per row the columns scoring at least the k-th best finite score
+        (ties with it included), that score (``cut``), whether finite documents were left out,
+        and the min / max finite score (inf / -inf when none). When `known` is not ``version``,
+        also ``"doc_ids": [D]`` and ``"units": {side: [D] int64}`` (each document's items in the
+        side's stores, for every side), so the caller counts only the documents the map lists.
         """
         t0 = time.perf_counter()
         view = self._current_view()
         key = f"{self._token}:{view.version}"
-        out: dict = {"version": key}
+        use_top = top is not None and known == key
+        out: dict = {"version": key, "mode": "top" if use_top else "full"}
         for side, (qv, qo, rows) in sides.items():
             best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64))
-            out[side] = best.numpy()
+            if use_top:
+                if skip:
+                    best[:, torch.as_tensor(skip, dtype=torch.int64)] = -torch.inf
+                out[side] = _top_lists(best, top)
+            else:
+                out[side] = best.numpy()
         if known != key:
             out["doc_ids"] = view.doc_ids
             out["units"] = {side: self._units(view, side) for side in SIDE_STORES}
@@ -165,6 +180,29 @@ class Shard:
             if d in self.index:
                 self.index.remove_document(d)
         return len(self.index)
+
+
+def _top_lists(best: torch.Tensor, k: int) -> dict:
+    """Per row of ``best [r, D]``: the columns scoring at least the k-th best finite score (see
+    :meth:`Shard.recall_scores`)."""
+    finite = torch.isfinite(best)
+    n_finite = finite.sum(1).tolist()
+    lo = torch.where(finite, best, torch.inf).min(1).values if best.shape[1] else torch.full((best.shape[0],), torch.inf)
+    hi = torch.where(finite, best, -torch.inf).max(1).values if best.shape[1] else torch.full((best.shape[0],), -torch.inf)
+    out = {"cols": [], "scores": [], "cut": [], "truncated": [], "lo": lo.numpy(), "hi": hi.numpy()}
+    for i, nf in enumerate(n_finite):
+        row = best[i]
+        if nf <= k:
+            keep, cut = finite[i], -np.inf
+        else:
+            cut = float(torch.topk(row, k).values[-1])
+            keep = row >= cut
+        cols = torch.nonzero(keep).squeeze(1)
+        out["cols"].append(cols.numpy())
+        out["scores"].append(row[cols].numpy())
+        out["cut"].append(np.float32(cut))
+        out["truncated"].append(int(cols.numel()) < nf)
+    return out
 
 
 __all__ = ["SIDE_STORES", "Shard"]
