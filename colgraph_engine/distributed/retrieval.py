@@ -134,7 +134,8 @@ class ShardedPipeline:
         t_encode = time.perf_counter() - t0
         t0 = time.perf_counter()
         rows = side_rows(cfg, enc["has_image"], enc["image"])
-        payload = {side: (*(enc["text"] if side == "text" else enc["image"]), r) for side, r in rows.items()}
+        payload = {side: tuple(t.numpy() for t in (enc["text"] if side == "text" else enc["image"])) + (r,)
+                   for side, r in rows.items()}
         n = sh.map.n_shards
         arg = ray.put(payload) if n > 1 else payload
         order = sh.map.order()

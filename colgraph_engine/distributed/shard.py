@@ -72,7 +72,8 @@ class Shard:
         """Stage 1 on this shard.
 
         Args:
-            sides: ``{"text" | "image": (values [T, d] float32, offsets [Nq+1] int64, rows [r] int64)}``,
+            sides: ``{"text" | "image": (values [T, d] float32, offsets [Nq+1] int64, rows [r] int64)}``
+                (numpy arrays or tensors),
                 the packed queries of the batch and the rows scored on that side.
             ranker: ``"maxsim"`` or ``"pooled"``.
             known: the ``version`` of this shard's answer the caller already holds the document
@@ -98,6 +99,7 @@ class Shard:
         use_top = top is not None and known == key
         out: dict = {"version": key, "mode": "top" if use_top else "full"}
         for side, (qv, qo, rows) in sides.items():
+            qv, qo = torch.tensor(np.asarray(qv)), torch.tensor(np.asarray(qo))  # numpy travels cheaper than tensors
             best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64))
             if use_top:
                 if skip:
