@@ -1,0 +1,258 @@
+"""Prefilter report (CPU): recall@10 against exact and QPS, side by side with exact brute force
+(our store) and fast-plaid's CPU path, on clustered synthetic corpora.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/prefilter_report.py [--quick] [--fast-plaid PATH]
+
+Corpora (scaled to a 2-core machine from the GPU corpora of ../shared/bench/peers_gpu.py,
+10,000 x 1,024 and 100,000 x 128 tokens, d = 128): ``long`` 1,000 documents x 256 tokens and
+``short`` 8,000 documents x 32 tokens (256,000 tokens each), topics as there (16 and 6 of
+2,048 per document), 64 queries of 32 tokens drawn from a target document's topics.
+``--quick``: 150 x 64 and 1,000 x 16, 16 queries (a smoke run: seconds).
+
+Rows per corpus: exact brute force (``PackedStore.search``, native C++ backend, float32), our
+prefilter at PLAID's defaults for k = 10, at the k <= 100 defaults and a wide setting (8 cells
+per query token, as fast-plaid's default 8 probes), each with the exact stage
+on the decoded codes (default) and on the store's original vectors (``store=``), and
+fast-plaid (``FastPlaid(device="cpu")``) at its default probes and a wider setting. Both
+indexes use the same nbits (``--nbits``, default 2) and k-means over at most 65,536 sampled
+tokens for ours (fast-plaid samples by its own rule). QPS: all queries in one call (after one
+warmup call), median of ``--repeats`` (fast-plaid: one timed call, it is slow here); latency: one query per call, mean over 16 queries.
+recall@10: mean overlap of the top-10 ids with exact brute force's top-10.
+
+Writes results/prefilter.{md,json,png} (``prefilter_quick.*`` with --quick; ``_nbits4`` appended
+for ``--nbits 4``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from colgraph_engine.index import PrefilterIndex  # noqa: E402
+from colgraph_engine.store import PackedStore  # noqa: E402
+from colgraph_engine.synthetic import clustered_corpus, queries_for  # noqa: E402
+
+CORPORA = {"long": dict(n_docs=1000, tokens=256, topics_per_doc=16),
+           "short": dict(n_docs=8000, tokens=32, topics_per_doc=6)}
+QUICK = {"long": dict(n_docs=150, tokens=64, topics_per_doc=16),
+         "short": dict(n_docs=1000, tokens=16, topics_per_doc=6)}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--nbits", type=int, default=2)
+    p.add_argument("--queries", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--fast-plaid", default=str(ROOT / ".peers" / "fastplaid"),
+                   help="a folder holding fast_plaid and its dependencies (pip install --target)")
+    p.add_argument("--only", default="", help="run only the corpus of this name")
+    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    return p.parse_args(argv)
+
+
+def timed(fn, repeats):
+    fn()
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out), res
+
+
+def recall_at_10(got_ids: list[list[int]], exact_ids: torch.Tensor) -> float:
+    return sum(len(set(g[:10]) & set(e.tolist())) for g, e in zip(got_ids, exact_ids)) / exact_ids.numel()
+
+
+def latency_ms(fn_one, queries, n=16):
+    fn_one(queries[0])
+    t = time.perf_counter()
+    for q in queries[:n]:
+        fn_one(q)
+    return (time.perf_counter() - t) * 1e3 / min(n, len(queries))
+
+
+def load_fast_plaid(path: str):
+    if path and os.path.isdir(path) and path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        from fast_plaid import search
+        import fast_plaid
+        version = getattr(fast_plaid, "__version__", None)
+        if version is None:
+            from importlib.metadata import version as v
+            version = v("fast-plaid")
+        return search, version, None
+    except Exception as exc:  # noqa: BLE001 - report why the peer is absent
+        return None, None, f"{type(exc).__name__}: {exc}"
+
+
+def run_corpus(name, spec, args, fp_search, rows, notes):
+    d, nq = 128, (16 if args.quick else args.queries)
+    cents, topics, docs = clustered_corpus(spec["n_docs"], spec["tokens"], d, n_topics=2048,
+                                           topics_per_doc=spec["topics_per_doc"], seed=11)
+    targets, queries = queries_for(cents, topics, nq, 32, seed=12)
+    n_tokens = spec["n_docs"] * spec["tokens"]
+    base = dict(corpus=name, n_docs=spec["n_docs"], doc_tokens=spec["tokens"], tokens=n_tokens, queries=nq)
+    store = PackedStore(d)
+    store.add(docs)
+    sec, (ex_s, ex_i) = timed(lambda: store.search(queries, k=10), args.repeats)
+    rows.append(dict(base, impl="exact brute force (store, native)", qps=nq / sec, recall10=1.0,
+                     hit1=float((ex_i[:, 0] == targets).float().mean()),
+                     latency_ms=latency_ms(lambda q: store.search([q], k=10), queries),
+                     bytes_per_token=d * 4))
+    print(json.dumps(rows[-1]), flush=True)
+
+    t = time.perf_counter()
+    idx = PrefilterIndex.build(docs, nbits=args.nbits, max_points=1 << 16, progress=True)
+    build_s = time.perf_counter() - t
+    bpt = idx.bytes_per_token()
+    settings = [("PLAID k<=10 defaults (ncells 1, 0.5, ndocs 256)", {}),
+                ("PLAID k<=100 defaults (ncells 2, 0.45, ndocs 1024)",
+                 dict(ncells=2, centroid_score_threshold=0.45, ndocs=1024)),
+                ("wide (ncells 8, 0.4, ndocs 1024)", dict(ncells=8, centroid_score_threshold=0.4, ndocs=1024))]
+    for label, kw in settings:
+        for rescore, extra in (("codes", {}), ("store", dict(store=store))):
+            sec, res = timed(lambda: idx.search(queries, k=10, **kw, **extra), args.repeats)
+            rows.append(dict(base, impl=f"ours: {label}, exact stage on {rescore}", qps=nq / sec,
+                             recall10=recall_at_10(res.ids.tolist(), ex_i),
+                             hit1=float((res.ids[:, 0] == targets).float().mean()),
+                             latency_ms=latency_ms(lambda q: idx.search([q], k=10, **kw, **extra), queries),
+                             bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
+                             build_s=build_s, n_centroids=idx.snapshot().n_centroids, nbits=args.nbits,
+                             candidates=statistics.mean(res.stats["candidates"]),
+                             scored_exactly=statistics.mean(res.stats["scored_exactly"]),
+                             stage_seconds={k: round(v, 4) for k, v in res.stats["seconds"].items()}))
+            print(json.dumps(rows[-1]), flush=True)
+
+    if fp_search is None:
+        return
+    tmp = tempfile.mkdtemp(prefix="fastplaid_")
+    try:
+        t = time.perf_counter()
+        fp = fp_search.FastPlaid(index=tmp, device="cpu")
+        fp.create(documents_embeddings=docs, nbits=args.nbits)
+        fp_build = time.perf_counter() - t
+        files = {f: os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp)}
+        code_bytes = sum(v for f, v in files.items() if f.startswith(("merged_codes", "merged_residuals")) and f.endswith(".npy"))
+        qt = torch.stack(queries)
+        for probe, full in ((8, 4096), (32, 4096)):
+            def go(q=qt):
+                return fp.search(queries_embeddings=q, top_k=10, n_ivf_probe=probe, n_full_scores=full,
+                                 show_progress=False)
+            sec, res = timed(go, 1)  # slow on the CPU: one timed call after the warmup
+            got = [[p for p, _ in r] for r in res]
+            rows.append(dict(base, impl=f"fast-plaid (CPU): n_ivf_probe {probe}, n_full_scores {full}", qps=nq / sec,
+                             recall10=recall_at_10(got, ex_i),
+                             hit1=sum(int(g[0] == int(tt)) for g, tt in zip(got, targets.tolist())) / nq,
+                             latency_ms=latency_ms(lambda q: go(q[None]), queries),
+                             bytes_per_token=code_bytes / n_tokens if code_bytes else None, build_s=fp_build,
+                             nbits=args.nbits))
+            print(json.dumps(rows[-1]), flush=True)
+    except Exception as exc:  # noqa: BLE001 - keep the rest of the report
+        notes.append(f"fast-plaid failed on {name}: {type(exc).__name__}: {exc}"[:400])
+        print(notes[-1], flush=True)
+
+
+def write(rows, notes, args, meta):
+    stem = ("prefilter_quick" if args.quick else "prefilter") + ("" if args.nbits == 2 else f"_nbits{args.nbits}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "notes": notes}, indent=1) + "\n")
+    lines = [f"# Prefilter on the CPU: recall@10 against exact, QPS ({meta['date']})", "",
+             f"Command: `{meta['command']}`. Machine: {meta['machine']}. torch threads {args.threads}; "
+             f"fast-plaid {meta['fast_plaid'] or 'absent'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
+             "queries of 32 tokens in one call; latency: one query per call. `x exact`: QPS over exact brute force's; "
+             "`x fast-plaid`: over fast-plaid's row at the nearest recall (its default first).", ""]
+    for corpus in dict.fromkeys(r["corpus"] for r in rows):
+        rs = [r for r in rows if r["corpus"] == corpus]
+        ex = rs[0]
+        fps = [r for r in rs if r["impl"].startswith("fast-plaid")]
+        lines += [f"## {corpus}: {ex['n_docs']:,} documents x {ex['doc_tokens']} tokens (d = 128, {ex['tokens']:,} tokens)", "",
+                  "| impl | recall@10 | hit@1 | QPS | x exact | x fast-plaid | 1-query ms | bytes/token (codes) | build s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            ref = min(fps, key=lambda f: abs(f["recall10"] - r["recall10"])) if fps else None
+            vs = f"{r['qps'] / ref['qps']:.2f}" if ref and not r["impl"].startswith("fast-plaid") else ""
+            b = r.get("bytes_per_token")
+            lines.append(f"| {r['impl']} | {r['recall10']:.3f} | {r['hit1']:.3f} | {r['qps']:.1f} | "
+                         f"{r['qps'] / ex['qps']:.2f} | {vs} | {r['latency_ms']:.1f} | "
+                         f"{'' if b is None else f'{b:.1f}'} | {r.get('build_s', 0) or 0:.1f} |")
+        ours = [r for r in rs if r["impl"].startswith("ours")]
+        if ours:
+            o = ours[0]
+            lines += ["", f"Ours: {o['n_centroids']:,} centroids; index bytes per token with lists, ids and centroids "
+                      f"{o['index_bytes_per_token']:.1f}; default setting: {o['candidates']:.0f} candidates and "
+                      f"{o['scored_exactly']:.0f} documents scored exactly per query; stage seconds (all queries) "
+                      f"{o['stage_seconds']}.", ""]
+    lines += ["## Notes", ""] + [f"* {n}" for n in notes]
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        corpora = list(dict.fromkeys(r["corpus"] for r in rows))
+        fig, axes = plt.subplots(1, len(corpora), figsize=(6 * len(corpora), 4.5), squeeze=False)
+        for ax, corpus in zip(axes[0], corpora):
+            for r in (r for r in rows if r["corpus"] == corpus):
+                kind = "o" if r["impl"].startswith("ours") else "s" if r["impl"].startswith("fast") else "*"
+                ax.scatter(r["qps"], r["recall10"], marker=kind, s=60)
+                ax.annotate(r["impl"].split(":")[0] + (":" + r["impl"].split("exact stage on ")[-1]
+                                                       if "exact stage" in r["impl"] else ""),
+                            (r["qps"], r["recall10"]), fontsize=7)
+            ax.set_xscale("log")
+            ax.set_xlabel("QPS (log)")
+            ax.set_ylabel("recall@10 vs exact")
+            ax.set_title(corpus)
+        fig.tight_layout()
+        fig.savefig(args.out / f"{stem}.png", dpi=110)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"plot failed: {exc}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    fp_search, fp_version, why = load_fast_plaid(args.fast_plaid)
+    notes = []
+    if fp_search is None:
+        notes.append(f"fast-plaid not measured: {why}")
+    else:
+        notes.append(f"fast-plaid {fp_version} installed with `pip install --no-deps --target .peers/fastplaid "
+                     "fast-plaid==1.7.0.290 fastkmeans==0.5.0 usearch numkong` (the build for torch 2.9; this "
+                     f"environment has torch {torch.__version__}); it runs on the CPU (no CUDA needed).")
+    notes.append("colsearch 0.1.7 not measured: installed beside fast-plaid (`--no-deps` with h5py, bm25s, "
+                 "PyStemmer, faiss-cpu, safetensors, latence-shard-engine), its `Index(engine='shard')` build of "
+                 "300 documents x 32 tokens did not finish within 300 s on this machine (default codec rroq158).")
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python benchmarks/prefilter_report.py" + (" --quick" if args.quick else "")
+                       + (f" --nbits {args.nbits}" if args.nbits != 2 else "") + f" --repeats {args.repeats}",
+            "machine": f"{os.cpu_count()} CPU cores (shared), torch {torch.__version__}",
+            "fast_plaid": fp_version}
+    rows: list[dict] = []
+    for name, spec in (QUICK if args.quick else CORPORA).items():
+        if args.only and name != args.only:
+            continue
+        run_corpus(name, spec, args, fp_search, rows, notes)
+        write(rows, notes, args, meta)
+    write(rows, notes, args, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
