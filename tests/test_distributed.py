@@ -224,6 +224,10 @@ def test_a_shard_killed_mid_query_raises_or_retries_never_partial(sharded, singl
     assert_identical(ref, again.retrieve_batch(qs), "killed mid-query, retried")
     assert again.stats["retries"] == 1 and killed == [victim]
 
+    # a shard that does not answer in time counts as lost (no retries: the error, no results)
+    with pytest.raises(ShardUnavailableError, match="GetTimeoutError"):
+        ShardedPipeline(sharded, cfg, retries=0, timeout_s=1e-6).retrieve_batch(qs)
+
 
 def test_bad_input_is_named(sharded, tmp_path):
     with pytest.raises(ValueError, match="recall_ranker"):
@@ -232,6 +236,10 @@ def test_bad_input_is_named(sharded, tmp_path):
         ShardedPipeline("not an index")
     with pytest.raises(ValueError, match="retries"):
         ShardedPipeline(sharded, retries=-1)
+    with pytest.raises(ValueError, match="timeout_s"):
+        ShardedPipeline(sharded, timeout_s=0)
+    with pytest.raises(ValueError, match="protocol"):
+        ShardedPipeline(sharded, protocol="partial")
     with pytest.raises(ValueError, match="encoders"):
         ShardedIndex.open(sharded.root, Encoders.offline(text_dim=64))
     with pytest.raises(ValueError, match="sharded index"):

@@ -69,12 +69,15 @@ class ShardedPipeline:
         protocol: stage 1's answers: ``"top"`` (each shard sends its best Kd documents per
             query when every query uses one recall side, else every score) or ``"full"``
             (every document's score, always).
+        timeout_s: None, or seconds a shard may take to answer a call; a shard that does not
+            is treated as lost (:class:`ShardUnavailableError`, then the retries).
         on_stage: None, or ``callable(stage_name)`` called after ``"recall"`` and ``"gather"``.
         generator, record_extractor, num_threads: as :class:`Pipeline`.
     """
 
     def __init__(self, sharded: ShardedIndex, config: PipelineConfig | None = None, *, retries: int = 1,
-                 doc_cache: int = 1024, view_cache: int = 16, protocol: str = "top", on_stage: Callable[[str], None] | None = None,
+                 doc_cache: int = 1024, view_cache: int = 16, protocol: str = "top", timeout_s: float | None = None,
+                 on_stage: Callable[[str], None] | None = None,
                  generator=None, record_extractor=None, num_threads: int | None = None):
         if not isinstance(sharded, ShardedIndex):
             raise TypeError(f"sharded: expected a ShardedIndex, got {type(sharded).__name__}")
@@ -87,6 +90,9 @@ class ShardedPipeline:
         for name, v in (("retries", retries), ("doc_cache", doc_cache), ("view_cache", view_cache)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                      or not timeout_s > 0):
+            raise ValueError(f"timeout_s: expected None or seconds > 0, got {timeout_s!r}")
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
         if on_stage is not None and not callable(on_stage):
@@ -103,7 +109,7 @@ class ShardedPipeline:
         self._columns: dict = {}                  # (shard, shard version, map version) -> (cols, positions, units)
         self.last_shard_seconds: list[float] = []  # each shard's stage-1 compute time in the last batch
         self.doc_cache, self.view_cache = doc_cache, view_cache
-        self.protocol = protocol
+        self.protocol, self.timeout_s = protocol, timeout_s
         self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0, "top_batches": 0,
                       "top_undecided": 0}
 
@@ -185,7 +191,7 @@ class ShardedPipeline:
             known = self._known.get(i, {}).get("version")
             skip = self._columns_of(i, order)[3].tolist() if top else None
             refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip))
-        answers = [sh.get(i, r) for i, r in enumerate(refs)]
+        answers = [sh.get(i, r, self.timeout_s) for i, r in enumerate(refs)]
         for i, a in enumerate(answers):
             if "doc_ids" in a:
                 self._known[i] = {"version": a["version"], "doc_ids": a["doc_ids"], "units": a["units"]}
@@ -239,7 +245,7 @@ class ShardedPipeline:
                 want.setdefault(sh.map.docs[d].shard, []).append(d)
         refs = [(s, sh.actors[s].stored_documents.remote(ds)) for s, ds in want.items()]
         for (s, r), ds in zip(refs, want.values()):
-            for d, (graph, vectors) in zip(ds, sh.get(s, r)):
+            for d, (graph, vectors) in zip(ds, sh.get(s, r, self.timeout_s)):
                 self._docs[(d, sh.map.docs[d].seq)] = (graph, item_vectors(vectors, sh.dtype))
                 self.stats["documents_fetched"] += 1
                 self.stats["bytes_fetched"] += sum(a.nbytes for v in vectors.values() for a in v)
