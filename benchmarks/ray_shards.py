@@ -82,7 +82,12 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="200 documents, 12 questions, 1 batch")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    ap.add_argument("--report-only", action="store_true", help="rewrite ray_shards.md from ray_shards.json")
     args = ap.parse_args()
+    if args.report_only:
+        out = json.loads((args.out / "ray_shards.json").read_text())
+        (args.out / "ray_shards.md").write_text(report(out))
+        return
     if args.quick:
         args.docs, args.queries, args.batches = 200, 12, 1
     shard_counts = [int(x) for x in args.shards.split(",")]
@@ -220,6 +225,7 @@ def scaling_model(out: dict) -> dict:
     mem1 = out["memory"][min(out["memory"])]
     per_doc_vec = sum(m["vector_bytes"] for m in mem1) / docs
     per_doc_graph = sum(m["graph_bytes"] for m in mem1) / docs
+    per_doc_parts = sum(m["part_bytes"] for m in mem1) / docs
     rows = {r["variant"]: r for r in out["latency"]}
     one = rows[f"{min(out['memory'])} shards"]
     # stage-1 compute per document scanned (exact MaxSim over every unit: the brute-force scan)
@@ -229,13 +235,14 @@ def scaling_model(out: dict) -> dict:
     top_answer = w["top_answer_bytes_per_shard"]
     full_per_doc = w["full_answer_bytes_per_shard"] / w["documents_per_shard"]  # 4 B per score + framing
     shard_ram = 64 * 2**30  # data per shard (ours: a 64 GiB slice, 4 shards on a 256 GiB node)
-    per_page = per_doc_vec + per_doc_graph
+    per_page = per_doc_vec + per_doc_graph + per_doc_parts
     shards = int(np.ceil(PAGES * per_page / shard_ram))
     pages_per_shard = PAGES / shards
     stage27 = sum(v for k, v in rows["2 shards"]["stages_ms"].items()
                   if k in ("merge", "seeds", "expand", "visual", "evidence", "context")) if "2 shards" in rows else None
     gathered_build = rows["2 shards, doc cache"]["stages_ms"].get("gather") if "2 shards, doc cache" in rows else None
     return {"pages": PAGES, "vector_bytes_per_page": per_doc_vec, "graph_bytes_per_page": per_doc_graph,
+            "part_bytes_per_page": per_doc_parts,
             "bytes_per_page": per_page, "total_bytes": PAGES * per_page, "shard_data_bytes": shard_ram,
             "shards": shards, "pages_per_shard": pages_per_shard,
             "stage1_s_per_page_one_process": s1_per_doc,
@@ -272,6 +279,22 @@ def report(out: dict) -> str:
                  f"{shard} | {st.get('gather', 0):.1f} | {s27:.1f} |")
     L += ["", "Batches of {}: ".format(out["config"]["batch"]) + "; ".join(
         f"{b['variant']} {b['ms_per_query']:.1f} ms per query" for b in out["batch"]) + ".", ""]
+    by = {r["variant"]: r for r in rows}
+    if "2 shards" in by and "2 shards, doc cache" in by:
+        two, cached = by["2 shards"], by["2 shards, doc cache"]
+        st, s1 = two["stages_ms"], by["single"]["stages_ms"]
+        target = "met" if two["overhead_ms"] <= 5 else "**not met**"
+        L += ["**Reading.** The target (overhead <= 5 ms per query with 2 shards) is " + target + f" here: "
+              f"{two['overhead_ms']:+.1f} ms cold, {cached['overhead_ms']:+.1f} ms with the driver's document cache "
+              "warm. Where it goes (2 shards, medians): the slowest shard's stage 1 takes "
+              f"{two['shard_compute_ms']:.1f} ms against {s1.get('recall', 0):.1f} ms in one process (on 2 shared "
+              "cores two shards cannot scan in parallel, and each runs the native kernels with the same thread count); "
+              f"the scatter round adds {st.get('recall', 0) - two['shard_compute_ms']:.1f} ms over it (Ray calls, "
+              f"merge); the gather {st.get('gather', 0):.1f} ms cold (moving ~{out['wire']['gather_bytes_per_query'] / 2**20:.1f}"
+              f" MiB of the Kd documents through Ray's object store from both shards, then building the gathered "
+              f"index) and {cached['stages_ms'].get('gather', 0):.1f} ms when every document is in the driver's cache "
+              "(the build alone). Stages 2-7 run on the gathered index no slower than on the whole one. The overhead "
+              "grows with the shard count by the extra Ray calls per round (1 -> 2 -> 4 shards above).", ""]
     w = out["wire"]
     L += ["## Bytes per query (2 shards)", "",
           f"* scatter: {w['query_payload_bytes']:,} B of packed query tokens per shard;",
@@ -280,18 +303,19 @@ def report(out: dict) -> str:
           "per shard);",
           f"* gather: {w['gather_bytes_per_query']:,.0f} B per query (the Kd documents' graphs and vectors, "
           "pickled), none for documents in the driver's cache.", "",
-          "## Memory per shard", "", "| shards | documents | items | vector MiB | graph MiB | actor RSS MiB |",
-          "|---:|---:|---:|---:|---:|---:|"]
+          "## Memory per shard", "", "| shards | documents | items | vector MiB | graph MiB | part files MiB | actor RSS MiB |",
+          "|---:|---:|---:|---:|---:|---:|---:|"]
     for s, mems in out["memory"].items():
         for i, mm in enumerate(mems):
             L.append(f"| {s} (#{i}) | {mm['documents']} | {mm['items']} | {mm['vector_bytes'] / 2**20:.1f} | "
-                     f"{mm['graph_bytes'] / 2**20:.2f} | {mm['rss_bytes'] / 2**20:.0f} |")
+                     f"{mm['graph_bytes'] / 2**20:.2f} | {mm['part_bytes'] / 2**20:.1f} | {mm['rss_bytes'] / 2**20:.0f} |")
     L += ["", "## Model: 100M pages on a cluster", "",
           "From this run's per-document figures, one generated document taken as one page (~300 words in 5 "
           "segments, one image, 10 entities, 10 relations; offline 128-d float32 vectors: a ColPali-style "
           "page of ~1,030 patch vectors would add ~0.5 MiB per page in float32, scale the memory rows by that).", "",
           f"* **Memory**: {m['vector_bytes_per_page'] / 1024:.0f} KiB of vectors + {m['graph_bytes_per_page'] / 1024:.1f}"
-          f" KiB of graph per page = {m['total_bytes'] / 2**40:.1f} TiB for 100M pages. At 64 GiB of data per shard "
+          f" KiB of native graph + {m['part_bytes_per_page'] / 1024:.1f} KiB of part files (strings, item tables; "
+          f"memory-mapped) per page = {m['total_bytes'] / 2**40:.1f} TiB for 100M pages. At 64 GiB of data per shard "
           f"(4 shards on a 256 GiB node): **{m['shards']:,} shards** of {m['pages_per_shard']:,.0f} pages each "
           "(actor baseline RSS, ~the table's RSS minus its data, comes on top: per process, not per page).",
           f"* **Stage 1 compute**: exact MaxSim over every unit costs {m['stage1_s_per_page_one_process'] * 1e6:.1f} µs"

@@ -115,7 +115,8 @@ class Shard:
 
     def memory(self) -> dict:
         """What this shard holds: documents, items, vector bytes, the merged graph's native
-        bytes, and this process's resident set (``VmRSS``, bytes; 0 where /proc is missing)."""
+        bytes, the part files' bytes (graphs, strings, item tables; memory-mapped), and this
+        process's resident set (``VmRSS``, bytes; 0 where /proc is missing)."""
         view = self._current_view()
         rss = 0
         try:
@@ -124,9 +125,12 @@ class Shard:
                     rss = int(line.split()[1]) * 1024
         except OSError:
             pass
+        parts = self.path / "parts"
         return {"documents": len(self.index), "items": sum(v.n_slots for v in view.vectors.values()),
                 "vector_bytes": sum(v.values.numel() * v.values.element_size() for v in view.vectors.values()),
-                "graph_bytes": int(self.index.graph.memory_bytes()), "rss_bytes": rss}
+                "graph_bytes": int(self.index.graph.memory_bytes()),
+                "part_bytes": sum(f.stat().st_size for f in parts.iterdir()) if parts.is_dir() else 0,
+                "rss_bytes": rss}
 
     def _units(self, view: IndexView, side: str) -> np.ndarray:
         """``[D]`` items of each document in the side's stores (what stage 1 scores), so the
