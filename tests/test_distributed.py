@@ -74,8 +74,9 @@ def docs():
 
 @pytest.fixture(scope="module")
 def single(docs):
-    idx = KnowledgeIndex(ENC)
-    idx.add_documents(docs)
+    import torch
+    idx = KnowledgeIndex(ENC, dtype=torch.bfloat16)  # bfloat16 rows travel as int16 bits: that path too
+    idx.add_documents(docs)                          # (the grown index below is float32)
     return idx
 
 
@@ -156,6 +157,8 @@ def test_adds_removals_rebalancing_leftovers_and_reopen_keep_results_identical(r
     single = KnowledgeIndex(ENC)
     sh = ShardedIndex.create(tmp_path / "grown", ENC, 2)
     try:
+        assert_identical(Pipeline(single, ENC).retrieve_batch(questions()[:2]),
+                         ShardedPipeline(sh).retrieve_batch(questions()[:2]), "empty")
         for a in range(0, len(docs), 11):  # DocumentInputs: built and encoded on the driver
             batch = docs[a:a + 11]
             single.add_documents(batch)
