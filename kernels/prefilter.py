@@ -8,7 +8,8 @@ For each listed (query, document) pair: ``score = Σ_i max_j <q_i, c[code_j] + w
 * the document streams in tiles of BLOCK_N tokens: the program loads the tokens' centroid ids,
   gathers their centroid rows, loads the packed residual bytes, extracts each dimension's
   bucket with a shift and a mask, looks the bucket value up in the ``[2^nbits]`` weight table
-  and adds it. The decoded ``[BLOCK_N, BLOCK_D]`` tile exists only in registers / shared
+  and adds it (and, for an index of unit vectors, divides the token by its norm). The decoded
+  ``[BLOCK_N, BLOCK_D]`` tile exists only in registers / shared
   memory; on a GPU it is rounded to fp16 (10 mantissa bits, as tf32; decoded values lie
   within about +-1.5 so the range is no concern) and multiplied with the fp16 query tile on
   tensor cores with float32 accumulation (``tl.dot``); under the interpreter both stay
@@ -36,7 +37,8 @@ NUM_WARPS = 8  # 4 warps needed all 255 registers per thread (compile check)
 @triton.jit
 def _pairs_kernel(q_ptr, q_off_ptr, cent_ptr, w_ptr, codes_ptr, res_ptr, d_off_ptr, pair_q_ptr, pair_doc_ptr,
                   out_ptr, D: tl.constexpr, W: tl.constexpr, NBITS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr):
+                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr,
+                  UNIT: tl.constexpr):
     pid = tl.program_id(0)
     qi = tl.load(pair_q_ptr + pid)
     doc = tl.load(pair_doc_ptr + pid)
@@ -68,6 +70,8 @@ def _pairs_kernel(q_ptr, q_off_ptr, cent_ptr, w_ptr, codes_ptr, res_ptr, d_off_p
             bucket = (byte.to(tl.int32) >> shift[None, :]) & ((1 << NBITS) - 1)
             x = cent + tl.load(w_ptr + bucket)                               # decoded tile, never stored
             x = tl.where(lmask, x, 0.0)
+            if UNIT:  # L2-normalise each decoded token (rows past the end stay 0)
+                x = x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), 1e-12)[:, None]
             if HALF:
                 x = x.to(tl.float16)
             s = tl.dot(qt, tl.trans(x))                                      # [BLOCK_M, BLOCK_N]
@@ -87,10 +91,11 @@ def block_sizes(d: int) -> tuple[int, int, int]:
 
 def score_pairs(qv: torch.Tensor, qo: torch.Tensor, centroids: torch.Tensor, weights: torch.Tensor,
                 codes: torch.Tensor, residuals: torch.Tensor, d_offsets: torch.Tensor, pair_q: torch.Tensor,
-                pair_doc: torch.Tensor, nbits: int) -> torch.Tensor:
+                pair_doc: torch.Tensor, nbits: int, unit: bool = False) -> torch.Tensor:
     """``[M]`` float32 exact scores of pairs ``(pair_q [M], pair_doc [M])``: float32 queries
     ``qv [Tq, d]`` / ``qo [Nq+1]``, centroids ``[C, d]`` float32, ``weights [2^nbits]``, codes
-    ``[T]``, residuals ``[T, d*nbits/8]`` uint8, document offsets ``[N+1]`` (all on one device)."""
+    ``[T]``, residuals ``[T, d*nbits/8]`` uint8, document offsets ``[N+1]`` (all on one device).
+    `unit`: L2-normalise each decoded token before scoring."""
     m = pair_q.numel()
     out = torch.empty(m, dtype=torch.float32, device=qv.device)
     if m == 0:
@@ -100,5 +105,5 @@ def score_pairs(qv: torch.Tensor, qo: torch.Tensor, centroids: torch.Tensor, wei
     _pairs_kernel[(m,)](qv, qo, centroids.float().contiguous(), weights.float().contiguous(), codes,
                         residuals.contiguous(), d_offsets, pair_q.contiguous(), pair_doc.contiguous(), out,
                         D=d, W=residuals.shape[1], NBITS=nbits, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
-                        HALF=not INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                        HALF=not INTERPRET, UNIT=unit, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out

@@ -35,7 +35,7 @@ def compile_one(arch: int, d: int, nbits: int, code_dtype: torch.dtype) -> dict:
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     f32, i64, u8 = DeviceArg(torch.float32), DeviceArg(torch.int64), DeviceArg(torch.uint8)
     args = (f32, i64, f32, f32, DeviceArg(code_dtype), u8, i64, i64, i64, f32)
-    kw = dict(D=d, W=d * nbits // 8, NBITS=nbits, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, HALF=True, num_warps=kp.NUM_WARPS,
+    kw = dict(D=d, W=d * nbits // 8, NBITS=nbits, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, HALF=True, UNIT=True, num_warps=kp.NUM_WARPS,
               num_stages=kp.NUM_STAGES)
     try:
         bound, spec, opts = binder(*args, **kw)

@@ -115,6 +115,23 @@ def test_exact_stage_matches_reference(index, corpus, backend):
 
 
 @pytest.mark.parametrize("backend", ["torch", "native"])
+def test_exact_stage_on_non_unit_inputs_scores_decoded_vectors_as_they_are(corpus, backend):
+    docs = [d * 2.0 for d in corpus[0]]                                         # norm 2: no normalisation
+    idx = PrefilterIndex.build(docs, nbits=2, n_centroids=16, seed=1)
+    s, qv, qo, S = _stage_inputs(idx, corpus[1])
+    assert not s.unit
+    pq = torch.arange(len(corpus[1])).repeat_interleave(s.n_slots)
+    pd = torch.arange(s.n_slots).repeat(len(corpus[1]))
+    got = rescore.exact_scores(s, qv, qo, S, pq, pd, backend)
+    want = torch.tensor([reference.exact_score(s, corpus[1][q], p) for q, p in zip(pq.tolist(), pd.tolist())])
+    finite = torch.isfinite(want)
+    assert torch.allclose(got[finite], want[finite].float(), atol=1e-4)
+    # the same codes scored as unit vectors give other scores: the flag is honoured
+    assert not torch.allclose(got[finite], rescore.exact_scores(s.with_(unit=True), qv, qo, S, pq, pd,
+                                                                backend)[finite], atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", ["torch", "native"])
 def test_exact_stage_in_blocks(index, corpus, monkeypatch, backend):
     s, qv, qo, S = _stage_inputs(index, corpus[1])
     pq = torch.arange(3).repeat_interleave(s.n_slots)

@@ -21,11 +21,15 @@ def _docs(lengths, d, seed):
 
 
 @TRITON
-@pytest.mark.parametrize("d,nbits", [(8, 1), (24, 2), (16, 4)])
-def test_kernel_matches_reference(d, nbits):
+@pytest.mark.parametrize("d,nbits,unit", [(8, 1, True), (24, 2, True), (16, 4, False)])
+def test_kernel_matches_reference(d, nbits, unit):
     from colgraph_engine.kernels import prefilter as kp
     docs = _docs([0, 1, 15, 16, 17, 40], d, seed=d)
     idx = PrefilterIndex.build(docs, nbits=nbits, n_centroids=8, seed=0, device=TRITON_DEVICE)
+    assert idx.snapshot().unit                      # unit inputs: decoded vectors normalised by default
+    if not unit:
+        idx = PrefilterIndex.build(docs, nbits=nbits, n_centroids=8, seed=0, device=TRITON_DEVICE,
+                                   normalize_decoded=False)
     s = idx.snapshot()
     queries = _docs([1, 16, 17, 0], d, seed=d + 1)     # 17 rows: two pieces of 16; an empty query
     qv = torch.cat(queries).to(TRITON_DEVICE)
@@ -33,7 +37,7 @@ def test_kernel_matches_reference(d, nbits):
     pq = torch.arange(4).repeat_interleave(6).to(TRITON_DEVICE)
     pd = torch.arange(6).repeat(4).to(TRITON_DEVICE)
     out = kp.score_pairs(qv, qo, s.centroids, s.weights.to(TRITON_DEVICE), s.codes, s.residuals, s.offsets,
-                         pq, pd, nbits)
+                         pq, pd, nbits, unit=s.unit)
     want = torch.tensor([reference.exact_score(s, queries[q], p) for q, p in zip(pq.tolist(), pd.tolist())])
     out = out.cpu()
     finite = torch.isfinite(want)

@@ -50,8 +50,13 @@ def check_corpus(values, offsets, name: str = "values") -> tuple[torch.Tensor, t
 def build_state(values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, *, nbits: int = 2,
                 n_centroids: int | None = None, max_points: int = kmeans.DEFAULT_MAX_POINTS,
                 iterations: int = kmeans.DEFAULT_ITERATIONS, seed: int = 0, device: torch.device | None = None,
-                progress=None) -> IndexState:
-    """An :class:`IndexState` over validated packed documents (see the module docstring)."""
+                progress=None, normalize_decoded: bool | None = None) -> IndexState:
+    """An :class:`IndexState` over validated packed documents (see the module docstring).
+
+    `normalize_decoded`: L2-normalise decoded vectors before exact scoring, as ColBERT does with
+    its decompressed embeddings; None (default) turns it on when the inputs are unit vectors
+    (every sampled token's norm within 1e-3 of 1: late-interaction encoders emit unit tokens),
+    so the decoded vectors keep the inputs' norm; non-unit inputs are scored as decoded."""
     nbits = codec.check_nbits(nbits)
     t, d = values.shape
     if t == 0:
@@ -64,6 +69,10 @@ def build_state(values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, 
     dev = torch.device(device) if device is not None else values.device
     g = torch.Generator().manual_seed(seed)
     sample = kmeans.sample_points(values, max_points, g).to(dev)
+    if normalize_decoded is None:
+        normalize_decoded = bool(((sample.norm(dim=1) - 1).abs() <= 1e-3).all())
+    elif not isinstance(normalize_decoded, bool):
+        raise TypeError(f"normalize_decoded: expected a bool or None, got {type(normalize_decoded).__name__}")
     centroids = kmeans.kmeans(sample, int(n_centroids), iterations=iterations, seed=seed, progress=progress)
     best, _ = kmeans.assign(sample, centroids)
     cutoffs, weights = codec.fit_buckets(sample - centroids[best], nbits)
@@ -74,5 +83,5 @@ def build_state(values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, 
     return IndexState(nbits=nbits, centroids=centroids, cutoffs=cutoffs, weights=weights, codes=codes,
                       residuals=residuals, offsets=offsets, ids=ids,
                       alive=torch.ones(ids.numel(), dtype=torch.bool, device=dev), cells_offsets=cells_offsets,
-                      cells=cells, ivf_offsets=ivf_offsets, ivf_docs=ivf_docs, build_mse=sq / t,
+                      cells=cells, ivf_offsets=ivf_offsets, ivf_docs=ivf_docs, unit=normalize_decoded, build_mse=sq / t,
                       next_id=int(ids.max()) + 1 if ids.numel() else 0)

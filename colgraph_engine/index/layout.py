@@ -43,6 +43,9 @@ class IndexState:
     cells: torch.Tensor
     ivf_offsets: torch.Tensor
     ivf_docs: torch.Tensor
+    # decoded vectors are L2-normalised before exact scoring (ColBERT normalises its
+    # decompressed embeddings); on for unit-norm inputs (see build.build_state)
+    unit: bool = False
     # drift bookkeeping: mean squared residual norm of the tokens the centroids were trained
     # for, and the running sum / count over tokens added since
     build_mse: float = 0.0

@@ -26,7 +26,7 @@ from .layout import IndexState, derive_lists
 FORMAT_NAME = "colgraph_engine.prefilter"
 FORMAT_VERSION = 1
 FormatError = _arraydir.FormatError
-_OPTION_KEYS = ("nbits", "n_centroids", "max_points", "iterations", "seed", "normalize")
+_OPTION_KEYS = ("nbits", "n_centroids", "max_points", "iterations", "seed", "normalize", "normalize_decoded")
 
 
 def save(state: IndexState, options: dict, path: str | os.PathLike) -> Path:
@@ -36,7 +36,7 @@ def save(state: IndexState, options: dict, path: str | os.PathLike) -> Path:
               "ids": state.ids.cpu().numpy(), "alive": state.alive.cpu().numpy().astype(np.uint8)}
     meta = {"nbits": state.nbits, "dim": state.dim, "n_centroids": state.n_centroids, "n_items": state.n_slots,
             "n_tokens": state.n_tokens, "build_mse": state.build_mse, "added_sq_sum": state.added_sq_sum,
-            "added_tokens": state.added_tokens, "next_id": state.next_id,
+            "added_tokens": state.added_tokens, "next_id": state.next_id, "unit": state.unit,
             "options": {k: options[k] for k in _OPTION_KEYS if k in options}}
     return _arraydir.write(path, FORMAT_NAME, FORMAT_VERSION, meta, arrays)
 
@@ -77,6 +77,8 @@ def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (added, next_id)):
         raise FormatError(f"{path / 'manifest.json'}: added_tokens or next_id invalid")
     options = m.get("options") if isinstance(m.get("options"), dict) else {}
+    if not isinstance(m.get("unit"), bool):
+        raise FormatError(f"{path / 'manifest.json'}: field 'unit' missing or invalid")
     dev = torch.device(device)
     a = {k: v.to(dev) for k, v in arrays.items()}
     a["alive"] = a["alive"].bool()
@@ -84,7 +86,7 @@ def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple
     state = IndexState(nbits=nbits, centroids=a["centroids"], cutoffs=arrays["cutoffs"], weights=arrays["weights"],
                        codes=a["codes"], residuals=a["residuals"], offsets=a["offsets"], ids=a["ids"],
                        alive=a["alive"], cells_offsets=lists[0], cells=lists[1], ivf_offsets=lists[2],
-                       ivf_docs=lists[3], build_mse=float(floats["build_mse"]),
+                       ivf_docs=lists[3], unit=m["unit"], build_mse=float(floats["build_mse"]),
                        added_sq_sum=float(floats["added_sq_sum"]), added_tokens=added,
                        next_id=max(next_id, int(ids.max()) + 1 if n else 0))
     return state, {k: options[k] for k in _OPTION_KEYS if k in options}

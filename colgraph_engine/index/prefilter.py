@@ -67,10 +67,12 @@ class PrefilterIndex:
     def build(cls, documents, offsets: torch.Tensor | None = None, ids=None, *, nbits: int = 2,
               n_centroids: int | None = None, max_points: int = _build.kmeans.DEFAULT_MAX_POINTS,
               iterations: int = _build.kmeans.DEFAULT_ITERATIONS, seed: int = 0,
-              device: str | torch.device | None = None, progress: bool = False) -> PrefilterIndex:
+              device: str | torch.device | None = None, progress: bool = False,
+              normalize_decoded: bool | None = None) -> PrefilterIndex:
         """Builds over documents: a sequence of ``[L_i, d]`` tensors, or packed ``values [T, d]``
         with ``offsets [N+1]``. `ids`: ``[N]`` unique non-negative int64 (default ``0..N-1``).
         `device`: where the index lives and k-means runs (default: the values' device).
+        `normalize_decoded`: see :func:`.build.build_state` (default: on for unit-vector inputs).
 
         Raises ValueError for an empty corpus (no tokens), nbits outside {1, 2, 4}, a dimension
         nbits cannot pack, non-finite values or bad ids."""
@@ -79,7 +81,8 @@ class PrefilterIndex:
         check_no_grad(values, "documents", "the index keeps codes, not autograd graphs")
         n = offsets.numel() - 1
         ids = torch.arange(n, dtype=torch.int64) if ids is None else _ids_tensor(ids, n)
-        opts = dict(nbits=nbits, n_centroids=n_centroids, max_points=max_points, iterations=iterations, seed=seed)
+        opts = dict(nbits=nbits, n_centroids=n_centroids, max_points=max_points, iterations=iterations, seed=seed,
+                    normalize_decoded=normalize_decoded)
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -283,6 +286,8 @@ class PrefilterIndex:
         owner, rows = _expand_csr(s.offsets, keep)
         table = codec.byte_table(s.weights, s.nbits).to(s.codes.device)
         values = s.centroids[s.codes[rows].long()] + codec.decode_residuals(s.residuals[rows], table)
+        if s.unit:
+            values = torch.nn.functional.normalize(values, dim=-1)
         lengths = (s.offsets[keep + 1] - s.offsets[keep])
         offsets = torch.zeros(keep.numel() + 1, dtype=torch.int64, device=values.device)
         torch.cumsum(lengths, 0, out=offsets[1:])

@@ -15,7 +15,8 @@ def doc_tokens(state: IndexState, p: int) -> tuple[torch.Tensor, torch.Tensor]:
     codes = state.codes[lo:hi].long()
     table = codec.byte_table(state.weights, state.nbits).double()
     resid = table[state.residuals[lo:hi].long()].reshape(hi - lo, state.dim)
-    return codes, state.centroids[codes].double() + resid
+    x = state.centroids[codes].double() + resid
+    return codes, torch.nn.functional.normalize(x, dim=-1) if state.unit else x
 
 
 def candidates(state: IndexState, q: torch.Tensor, ncells: int) -> set[int]:

@@ -4,7 +4,8 @@ A document token decodes to ``x' = c[code] + r'`` (see :mod:`.codec`), so
 
     <q_i, x'_j> = S[i, code_j] + <q_i, r'_j>,    S = q @ centroids^T (already computed by stage 1)
 
-and ``score(q, doc) = Σ_i max_j <q_i, x'_j>`` (a document without tokens scores ``-inf``).
+and ``score(q, doc) = Σ_i max_j <q_i, x'_j>`` (a document without tokens scores ``-inf``). When
+the index normalises decoded vectors (``state.unit``), ``x'`` is replaced by ``x' / |x'|``.
 
 Backends:
   ``triton``  one fused kernel (:mod:`colgraph_engine.kernels.prefilter`): a program per pair
@@ -42,7 +43,8 @@ def exact_scores(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, S: torch
     if backend == "triton":
         from ..kernels import prefilter as kp
         return kp.score_pairs(qv.float().contiguous(), qo, state.centroids, state.weights.to(qv.device),
-                              state.codes, state.residuals, state.offsets, pair_q, pair_doc, state.nbits)
+                              state.codes, state.residuals, state.offsets, pair_q, pair_doc, state.nbits,
+                              unit=state.unit)
     if backend == "native":
         return _native_scores(state, qv, qo, pair_q, pair_doc)
     return _torch_scores(state, qv, qo, S, pair_q, pair_doc)
@@ -65,6 +67,8 @@ def _native_scores(state, qv, qo, pair_q, pair_doc):
         owner, rows = _expand_csr(state.offsets, uniq[a:b])
         x = torch.nn.functional.embedding(state.codes[rows].long(), state.centroids)
         x += torch.nn.functional.embedding(state.residuals[rows].long(), table).view(rows.numel(), state.dim)
+        if state.unit:
+            x = torch.nn.functional.normalize(x, dim=-1)
         xo = torch.zeros(b - a + 1, dtype=torch.int64)
         torch.cumsum(torch.tensor(lengths[a:b], dtype=torch.int64), 0, out=xo[1:])
         sel = torch.nonzero((inv >= a) & (inv < b)).squeeze(1)              # pairs sorted by query
@@ -94,7 +98,11 @@ def _torch_scores(state, qv, qo, S, pair_q, pair_doc):
         for b in range(0, rows.numel(), BLOCK_TOKENS):
             r = rows[b:b + BLOCK_TOKENS]
             resid = torch.nn.functional.embedding(state.residuals[r].long(), table).view(r.numel(), state.dim)
-            sim = torch.addmm(torch.nn.functional.embedding(state.codes[r].long(), st[:, lo:hi]), resid, qt.T)
+            if state.unit:  # the norm needs the whole decoded vector
+                x = torch.nn.functional.normalize(resid + state.centroids[state.codes[r].long()], dim=-1)
+                sim = x @ qt.T
+            else:
+                sim = torch.addmm(torch.nn.functional.embedding(state.codes[r].long(), st[:, lo:hi]), resid, qt.T)
             _segment_max_into(best, sim, owner[b:b + BLOCK_TOKENS])
         out[a:a + cnt] = best.sum(1) if hi > lo else 0.0
         a += cnt
