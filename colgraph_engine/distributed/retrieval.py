@@ -6,8 +6,9 @@ of that single index).
 Per batch:
 
 1. **encode** on the driver (the index's encoders; :meth:`Pipeline.encode`);
-2. **recall**: the packed queries go to every shard at once (one object-store copy for large batches). When every
-   query of the batch uses one recall side (text-only questions; ``protocol="top"``), each shard
+2. **recall**: the packed queries go to every shard at once (one object-store copy when the
+   batch is large). When every query of the batch uses one recall side (text-only questions;
+   ``protocol="top"``), each shard
    returns per query its best Kd documents (ties included) with its min / max score, and the
    driver merges those lists (:func:`.fusion.fuse_top`: exact global ranks, network and driver
    work O(shards x Kd)); otherwise (a query fusing text and image sides, a shard whose document
