@@ -52,8 +52,8 @@ from ...kg.document import DocumentInput
 from ...kg.parsers import detect_dialect, parse_extraction
 from ...kg.records import ParseResult
 from ...kg.segment import Segment
-from .result import ReadResult, check_file, resolve
-from .text import decode_text
+from .result import ReadResult, resolve
+from .text import load_text
 
 SEGMENT_MARKER = "<|SEGMENT|>"
 RECORDS_MARKER = "<|RECORDS|>"
@@ -75,18 +75,9 @@ def read_records(path: str | os.PathLike, *, doc_id: str | None = None) -> ReadR
     """Reads a response cache (``.json``) or a plain record file (see the module docstring)."""
     path, doc_id = resolve(path, doc_id)
     result = ReadResult(path, doc_id, "records")
-    if not check_file(result):
-        return result
-    with result.stats.timed("text"):
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            return result.fail(f"cannot read the file ({e})")
-        text, latin1 = decode_text(data)
+    text = load_text(result, "a record file")
     if text is None:
-        return result.fail("binary data, not a record file")
-    if latin1:
-        result.issue("not valid UTF-8; decoded as latin-1", "warning")
+        return result
     with result.stats.timed("parse"):
         if path.name.lower().endswith(CACHE_SUFFIXES):
             chunks = _cache_chunks(text, result)

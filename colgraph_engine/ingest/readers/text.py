@@ -54,6 +54,27 @@ def _newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def load_text(result: ReadResult, what: str) -> str | None:
+    """The decoded text of ``result.file`` (timed as the ``text`` phase), or None after recording
+    why not on `result` (missing, empty, unreadable, binary: "binary data, not <what>"); a
+    latin-1 fallback is recorded as a warning."""
+    if not check_file(result):
+        return None
+    with result.stats.timed("text"):
+        try:
+            data = result.file.read_bytes()
+        except OSError as e:
+            result.fail(f"cannot read the file ({e})")
+            return None
+        text, latin1 = decode_text(data)
+    if text is None:
+        result.fail(f"binary data, not {what}")
+        return None
+    if latin1:
+        result.issue("not valid UTF-8; decoded as latin-1", "warning")
+    return text
+
+
 def read_text(path: str | os.PathLike, *, doc_id: str | None = None, markdown: bool | None = None) -> ReadResult:
     """Reads a plain-text or Markdown file (see the module docstring).
 
@@ -66,18 +87,9 @@ def read_text(path: str | os.PathLike, *, doc_id: str | None = None, markdown: b
         raise TypeError(f"markdown: expected bool or None, got {type(markdown).__name__}")
     path, doc_id = resolve(path, doc_id)
     result = ReadResult(path, doc_id, "text")
-    if not check_file(result):
-        return result
-    with result.stats.timed("text"):
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            return result.fail(f"cannot read the file ({e})")
-        text, latin1 = decode_text(data)
+    text = load_text(result, "text (NUL bytes without a UTF-16 byte-order mark)")
     if text is None:
-        return result.fail("binary data, not text (NUL bytes without a UTF-16 byte-order mark)")
-    if latin1:
-        result.issue("not valid UTF-8; decoded as latin-1", "warning")
+        return result
     if markdown is None:
         markdown = path.suffix.lower() in MARKDOWN_SUFFIXES
     with result.stats.timed("parse"):
