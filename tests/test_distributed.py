@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -209,7 +210,17 @@ def test_a_shard_killed_mid_query_raises_or_retries_never_partial(sharded, singl
     def kill_once(stage):
         if stage == "recall" and not killed:
             killed.append(victim)
-            ray.kill(sharded.actors[victim])
+            actor = sharded.actors[victim]
+            ray.kill(actor)
+            # ray.kill is asynchronous: wait until the actor is gone, so the query's next call
+            # to it is the one that meets a dead actor (not a race with the kill)
+            for _ in range(200):
+                try:
+                    ray.get(actor.ping.remote(), timeout=5)
+                except ray.exceptions.RayActorError:
+                    return
+                time.sleep(0.05)
+            raise AssertionError("the killed actor still answers")
 
     no_retry = ShardedPipeline(sharded, cfg, retries=0, doc_cache=0, view_cache=0, on_stage=kill_once)
     with pytest.raises(ShardUnavailableError, match=f"shard {victim}") as err:
