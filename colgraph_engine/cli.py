@@ -59,6 +59,7 @@ def _fmt_box(b):
 
 
 def print_result(r, out=None, *, context_chars: int = 1200) -> None:
+    from .pipeline.evidence import by_score
     out = sys.stdout if out is None else out
     w = lambda s="": print(s, file=out)  # noqa: E731
     q = r.query
@@ -80,7 +81,7 @@ def print_result(r, out=None, *, context_chars: int = 1200) -> None:
         what = h.image if h.kind == "image" else f"{h.image} / {h.name}"
         w(f"      {h.score:7.3f}  {h.kind:<6} {what:<32} box {_fmt_box(h.bbox)}  [{h.doc_id}]")
     w("  6 records:")
-    for rec in sorted(r.evidence.records, key=lambda x: -x.score)[:5]:
+    for rec in sorted(r.evidence.records, key=lambda x: -by_score(x.score))[:5]:
         where = f"{rec.image} {_fmt_box(rec.bbox)}" if rec.image else f"segments {list(rec.segments)}"
         w(f"      ({rec.subject} | {rec.predicate} | {rec.object})  {rec.doc_id} {where}")
     w(f"     G_e {r.evidence.ge_nodes.size} nodes -> G* {r.evidence.gstar_nodes.size} nodes")

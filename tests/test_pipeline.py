@@ -333,10 +333,12 @@ def test_each_switch_changes_its_stage_and_nothing_before_it(index, change, firs
     assert base[first_changed] != changed[first_changed]
 
 
-def test_batch_equals_single_and_runs_are_deterministic(index):
+@pytest.mark.parametrize("changes", [{}, {"filter": "mkg"}, {"filter": "off"}, {"fusion": "weighted"},
+                                     {"filter": "mkg", "fusion": "weighted", "kd": 2}])
+def test_batch_equals_single_and_runs_are_deterministic(index, changes):
     cat = _photo("chelsea")[30:270, 60:400]
     queries = [Query(q) for q in DEMO_QUESTIONS] + [Query("Where does this animal live?", image=cat, caption="cat")]
-    pipe = Pipeline(index, ENC, PipelineConfig(hops=2))
+    pipe = Pipeline(index, ENC, PipelineConfig(hops=2).replace(**changes))
     batch = pipe.retrieve_batch(queries)
     single = [pipe.retrieve(q) for q in queries]
     again = pipe.retrieve_batch(queries)

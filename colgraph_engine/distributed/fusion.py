@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..pipeline.config import PipelineConfig
-from ..pipeline.recall import Recall
+from ..pipeline.recall import Recall, fuse_sides
 
 
 def side_rows(cfg: PipelineConfig, has_image: np.ndarray, image_q) -> dict[str, np.ndarray]:
@@ -47,29 +47,11 @@ def fuse(nq: int, per_side: list[tuple[str, np.ndarray, torch.Tensor, int]], n_d
     sides: list[list[str]] = [[] for _ in range(nq)]
     units = [0] * nq
     d = n_docs
-    fused = torch.zeros((nq, d), dtype=torch.float64)
-    seen = torch.zeros((nq, d), dtype=torch.bool)
-    w = {0: cfg.text_weight, 1: 1.0 - cfg.text_weight}
-    for side_i, (side, rows, s, u) in enumerate(per_side):
+    for side, rows, _, u in per_side:
         for r in rows.tolist():
             sides[r].append(side)
             units[r] += u
-        finite = torch.isfinite(s)
-        r = torch.from_numpy(rows)
-        seen[r] |= finite
-        if cfg.fusion == "rrf":
-            order = torch.sort(s, dim=1, descending=True, stable=True).indices
-            rank = torch.empty_like(order)
-            rank.scatter_(1, order, torch.arange(1, d + 1).expand(rows.size, -1))
-            contrib = torch.where(finite, 1.0 / (cfg.rrf_k + rank.double()), 0.0)
-        else:
-            lo = torch.where(finite, s, torch.inf).min(1, keepdim=True).values
-            hi = torch.where(finite, s, -torch.inf).max(1, keepdim=True).values
-            span = (hi - lo).clamp(min=1e-12)
-            weight = w[side_i] if len(per_side) > 1 else 1.0
-            contrib = torch.where(finite, weight * ((s - lo) / span).double(), 0.0)
-        fused[r] += contrib
-    fused = torch.where(seen, fused, -torch.inf)
+    fused = fuse_sides([(side, rows, sc) for side, rows, sc, _ in per_side], sides, nq, d, cfg)
     k = min(cfg.kd, d)
     order = torch.sort(fused, dim=1, descending=True, stable=True).indices[:, :k] if d \
         else torch.zeros((nq, 0), dtype=torch.int64)
@@ -140,8 +122,7 @@ def fuse_top(nq: int, per_side: list[SideTop], n_docs: int, cfg: PipelineConfig)
     docs: list[np.ndarray | None] = [None] * nq
     scores: list[np.ndarray | None] = [None] * nq
     k = min(cfg.kd, n_docs)
-    w = {0: cfg.text_weight, 1: 1.0 - cfg.text_weight}
-    for side_i, st in enumerate(per_side):
+    for st in per_side:
         for j, qi in enumerate(st.rows.tolist()):
             if docs[qi] is not None:
                 raise ValueError("fuse_top: a query row appears on two sides (use fuse)")
@@ -155,7 +136,7 @@ def fuse_top(nq: int, per_side: list[SideTop], n_docs: int, cfg: PipelineConfig)
                 s_t = torch.from_numpy(np.ascontiguousarray(sc, np.float32))
                 lo = torch.tensor([st.lo[j]], dtype=torch.float32)
                 span = (torch.tensor([st.hi[j]], dtype=torch.float32) - lo).clamp(min=1e-12)
-                weight = w[side_i] if len(per_side) > 1 else 1.0
+                weight = 1.0  # one side per row here (see fuse_sides)
                 f_all = (weight * ((s_t - lo) / span).double()).numpy()
                 order = np.lexsort((pos, -f_all))[:k]
                 fused = torch.from_numpy(f_all[order])

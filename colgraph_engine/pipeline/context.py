@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .evidence import by_score
+
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -69,7 +71,7 @@ def _fit(rows: list[dict], budget: int) -> tuple[list[dict], int]:
 
 def build_context(question: str, evidence, visual_rows: list[dict], cfg, image_units: str) -> Context:
     ents = [{"entity": e["name"], "type": e["type"], "description": e["description"], "rank": e["rank"],
-             "document": e["doc_id"]} for e in sorted(evidence.entities, key=lambda e: (-e["score"], e["node"]))]
+             "document": e["doc_id"]} for e in sorted(evidence.entities, key=lambda e: (-by_score(e["score"]), e["node"]))]
     rels = [{"source": r["source"], "target": r["target"], "keywords": r["keywords"], "description": r["description"],
              "weight": r["weight"], "rank": r["rank"], "document": r["doc_id"]} for r in evidence.relations]
     srcs = [{"id": s["node"], "document": s["doc_id"], "kind": s["kind"], "content": s["text"]} for s in evidence.sources]

@@ -17,6 +17,8 @@ iterative expansion G*(q).
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +42,7 @@ class Record:
     edge: int
     image: str | None
     bbox: tuple[float, float, float, float] | None
-    score: float
+    score: float | None  # None: not scored (e.g. relations kept with filter="off")
     source: str  # "relation" or "image"
 
 
@@ -55,6 +57,17 @@ class Evidence:
     ge_edges: np.ndarray
     gstar_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gstar_edges: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def _scored(score: float) -> float | None:
+    """A filter score as reported: None for an item no filter judged (NaN inside the expansion),
+    so that results compare equal and serialise as JSON."""
+    return None if math.isnan(score) else float(score)
+
+
+def by_score(score: float | None) -> float:
+    """Sort key, higher first when negated: unscored items after every scored one."""
+    return float("-inf") if score is None else score
 
 
 def _segment_nodes(view: IndexView, doc_id: str, ordinals) -> list[int]:
@@ -78,7 +91,7 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
             d = index.describe_node(v)
             prov.update(_segment_nodes(view, d["doc_id"], d["segments"]))
             ents.append({"node": v, "name": d["name"], "type": d["type"], "description": d["text"],
-                         "doc_id": d["doc_id"], "score": s, "rank": int(degree[v])})
+                         "doc_id": d["doc_id"], "score": _scored(s), "rank": int(degree[v])})
         rels = []
         for e, s in zip(sub.relations[i].tolist(), sub.relation_scores[i].tolist()):
             d = index.describe_edge(e)
@@ -86,7 +99,7 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
             rels.append({"edge": e, "src": d["src"], "dst": d["dst"], "source": index.describe_node(d["src"])["name"],
                          "target": index.describe_node(d["dst"])["name"], "keywords": d["keywords"],
                          "description": d["text"], "weight": d["weight"], "doc_id": d["doc_id"],
-                         "segments": tuple(d["segments"]), "score": s,
+                         "segments": tuple(d["segments"]), "score": _scored(s),
                          "rank": int(degree[d["src"]] + degree[d["dst"]])})
         src_lists.append(np.asarray(sorted(prov), np.int64))
         ent_info.append(ents)
@@ -107,7 +120,7 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
         records = []
         for r in rel_info[i]:
             records.append(Record(r["source"], r["keywords"] or "related to", r["target"], r["description"], r["doc_id"],
-                                  r["segments"], (r["src"], r["dst"]), r["edge"], None, None, float(r["score"]),
+                                  r["segments"], (r["src"], r["dst"]), r["edge"], None, None, r["score"],
                                   "relation"))
         vscore = dict(zip(visual.nodes[i].tolist(), visual.scores[i].tolist()))
         src_e, dst_e = view.edge_src[dep[i].edges], view.edge_dst[dep[i].edges]

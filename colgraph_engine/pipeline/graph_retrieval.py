@@ -282,39 +282,47 @@ def _group_members(view: IndexView, nodes: np.ndarray, allowed_docs: np.ndarray)
 
 def mkg_expand(view: IndexView, scorer: TextScorer, seeds: Seeds, docs: list[np.ndarray], hops: int,
                threshold: float, min_keep: int) -> Subgraph:
-    """mKG-RAG's filter (see the module docstring), per query on entity and relation lists."""
+    """mKG-RAG's filter (see the module docstring), per query on entity and relation lists; each
+    hop scores the candidates of every query in one call (query i against its own vector)."""
     offsets, inc = view.relation_csr
-    out = Subgraph([], [], [], [], [], [])
-    for i in range(len(docs)):
+    nq = len(docs)
+    e_level: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    r_level: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for i in range(nq):
         ents, es = seeds.entities[i], seeds.entity_scores[i]
         keep = _judge(ents, es, threshold, min_keep)
-        e_level = [(ents[keep], es[keep])]
+        e_level.append([(ents[keep], es[keep])])
         rels, rs = seeds.relations[i], seeds.relation_scores[i]
         keep = _judge(rels, rs, threshold, min_keep)
-        r_level = [(rels[keep], rs[keep])]
-        seen_e = set(e_level[0][0].tolist())
-        seen_r = set(r_level[0][0].tolist())
-        for _ in range(hops):
-            prev_e, prev_r = e_level[-1][0], r_level[-1][0]
+        r_level.append([(rels[keep], rs[keep])])
+    seen_e = [set(e[0][0].tolist()) for e in e_level]
+    seen_r = [set(r[0][0].tolist()) for r in r_level]
+    for _ in range(hops):
+        cand_r, cand_e = [], []
+        for i in range(nq):
+            prev_e, prev_r = e_level[i][-1][0], r_level[i][-1][0]
             members = _group_members(view, prev_e, docs[i])
-            cand_r = np.unique(np.concatenate([inc[offsets[v]:offsets[v + 1]] for v in members.tolist()]
-                                              or [np.zeros(0, np.int64)]))
-            cand_r = cand_r[np.isin(view.node_doc[view.edge_src[cand_r]], docs[i])]
-            cand_r = np.asarray([r for r in cand_r.tolist() if r not in seen_r], np.int64)
-            cand_e = np.unique(np.concatenate([view.edge_src[prev_r], view.edge_dst[prev_r]]))
-            cand_e = np.asarray([v for v in cand_e.tolist() if v not in seen_e], np.int64)
-            crs = scorer.relations([cand_r])[0]
-            ces = scorer.entities([cand_e])[0]
-            kr, ke = _judge(cand_r, crs, threshold, min_keep), _judge(cand_e, ces, threshold, min_keep)
-            r_level.append((cand_r[kr], crs[kr]))
-            e_level.append((cand_e[ke], ces[ke]))
-            seen_r.update(cand_r[kr].tolist())
-            seen_e.update(cand_e[ke].tolist())
-        out.nodes.append(np.concatenate([e for e, _ in e_level]).astype(np.int64))
-        out.hop.append(np.concatenate([np.full(e.size, h, np.int32) for h, (e, _) in enumerate(e_level)]))
-        out.score.append(np.concatenate([s for _, s in e_level]).astype(np.float32))
-        out.relations.append(np.concatenate([r for r, _ in r_level]).astype(np.int64))
-        out.relation_scores.append(np.concatenate([s for _, s in r_level]).astype(np.float32))
+            cr = np.unique(np.concatenate([inc[offsets[v]:offsets[v + 1]] for v in members.tolist()]
+                                          or [np.zeros(0, np.int64)]))
+            cr = cr[np.isin(view.node_doc[view.edge_src[cr]], docs[i])]
+            cand_r.append(np.asarray([r for r in cr.tolist() if r not in seen_r[i]], np.int64))
+            ce = np.unique(np.concatenate([view.edge_src[prev_r], view.edge_dst[prev_r]]))
+            cand_e.append(np.asarray([v for v in ce.tolist() if v not in seen_e[i]], np.int64))
+        crs_all, ces_all = scorer.relations(cand_r), scorer.entities(cand_e)
+        for i in range(nq):
+            crs, ces = crs_all[i], ces_all[i]
+            kr, ke = _judge(cand_r[i], crs, threshold, min_keep), _judge(cand_e[i], ces, threshold, min_keep)
+            r_level[i].append((cand_r[i][kr], crs[kr]))
+            e_level[i].append((cand_e[i][ke], ces[ke]))
+            seen_r[i].update(cand_r[i][kr].tolist())
+            seen_e[i].update(cand_e[i][ke].tolist())
+    out = Subgraph([], [], [], [], [], [])
+    for i in range(nq):
+        out.nodes.append(np.concatenate([e for e, _ in e_level[i]]).astype(np.int64))
+        out.hop.append(np.concatenate([np.full(e.size, h, np.int32) for h, (e, _) in enumerate(e_level[i])]))
+        out.score.append(np.concatenate([s for _, s in e_level[i]]).astype(np.float32))
+        out.relations.append(np.concatenate([r for r, _ in r_level[i]]).astype(np.int64))
+        out.relation_scores.append(np.concatenate([s for _, s in r_level[i]]).astype(np.float32))
         out.edges.append(np.sort(out.relations[-1]))
     out.judged = scorer.scored.copy()
     return out

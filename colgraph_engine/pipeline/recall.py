@@ -123,6 +123,44 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray,
     return best, units
 
 
+def fuse_sides(per_side: list[tuple[str, np.ndarray, torch.Tensor]], sides: list[list[str]], nq: int, d: int,
+               cfg: PipelineConfig) -> torch.Tensor:
+    """``[nq, d]`` float64 fused document scores (-inf: no side scored the document).
+
+    Args:
+        per_side: ``(side, rows [r], scores [r, d])`` per side, text first; scores -inf where a
+            side scored no unit of the document.
+        sides: the sides of each query (a query's weights are over its own sides, so a text-only
+            query in a batch with image queries scores as it would alone).
+
+    RRF: ``sum_side 1 / (rrf_k + rank)``, ranks over the side's scores in descending order (the
+    earlier document first on ties); weighted: ``sum_side w_side * (s - lo) / (hi - lo)`` over
+    the documents the side scored, with ``w = text_weight`` / ``1 - text_weight`` when the query
+    has both sides, else 1.
+    """
+    fused = torch.zeros((nq, d), dtype=torch.float64)
+    seen = torch.zeros((nq, d), dtype=torch.bool)
+    w = {"text": cfg.text_weight, "image": 1.0 - cfg.text_weight}
+    for side, rows, s in per_side:
+        finite = torch.isfinite(s)
+        r = torch.from_numpy(rows)
+        seen[r] |= finite
+        if cfg.fusion == "rrf":
+            order = torch.sort(s, dim=1, descending=True, stable=True).indices
+            rank = torch.empty_like(order)
+            rank.scatter_(1, order, torch.arange(1, d + 1).expand(rows.size, -1))
+            contrib = torch.where(finite, 1.0 / (cfg.rrf_k + rank.double()), 0.0)
+        else:
+            lo = torch.where(finite, s, torch.inf).min(1, keepdim=True).values
+            hi = torch.where(finite, s, -torch.inf).max(1, keepdim=True).values
+            span = (hi - lo).clamp(min=1e-12)
+            weight = torch.tensor([w[side] if len(sides[q]) > 1 else 1.0 for q in rows.tolist()],
+                                  dtype=torch.float64)[:, None]
+            contrib = torch.where(finite, weight * ((s - lo) / span).double(), 0.0)
+        fused[r] += contrib
+    return torch.where(seen, fused, -torch.inf)
+
+
 def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cfg: PipelineConfig) -> Recall:
     """Top-Kd documents for every query. `text_q` / `image_q`: packed ``(values, offsets)`` of
     the question tokens and query-image patches (queries without an image own zero rows)."""
@@ -141,7 +179,7 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
             continue
         side_paths: list[str] = []
         s, u = _side_scores(view, stores, *packed, cfg.recall_ranker, rows, cfg, side_paths)
-        per_side.append((rows, s))
+        per_side.append((side, rows, s))
         for r in rows.tolist():
             sides[r].append(side)
             units[r] += u
@@ -149,27 +187,7 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
                 store_name, _, what = p.partition(": ")
                 paths[r][store_name] = what
     d = view.n_documents
-    fused = torch.zeros((nq, d), dtype=torch.float64)
-    seen = torch.zeros((nq, d), dtype=torch.bool)
-    w = {0: cfg.text_weight, 1: 1.0 - cfg.text_weight}
-    for side_i, (rows, s) in enumerate(per_side):
-        finite = torch.isfinite(s)
-        r = torch.from_numpy(rows)
-        seen[r] |= finite
-        if cfg.fusion == "rrf":
-            # rank among the documents this side scored: descending score, lower number first
-            order = torch.sort(s, dim=1, descending=True, stable=True).indices
-            rank = torch.empty_like(order)
-            rank.scatter_(1, order, torch.arange(1, d + 1).expand(rows.size, -1))
-            contrib = torch.where(finite, 1.0 / (cfg.rrf_k + rank.double()), 0.0)
-        else:
-            lo = torch.where(finite, s, torch.inf).min(1, keepdim=True).values
-            hi = torch.where(finite, s, -torch.inf).max(1, keepdim=True).values
-            span = (hi - lo).clamp(min=1e-12)
-            weight = w[side_i] if len(per_side) > 1 else 1.0
-            contrib = torch.where(finite, weight * ((s - lo) / span).double(), 0.0)
-        fused[r] += contrib
-    fused = torch.where(seen, fused, -torch.inf)
+    fused = fuse_sides(per_side, sides, nq, d, cfg)
     docs, scores = [], []
     k = min(cfg.kd, d)
     order = torch.sort(fused, dim=1, descending=True, stable=True).indices[:, :k] if d else torch.zeros((nq, 0), dtype=torch.int64)
