@@ -46,6 +46,14 @@ def test_codec_round_trip_and_buckets(nbits):
     assert float((decoded - r).pow(2).mean()) < float(r.pow(2).mean())
 
 
+def test_bucket_fit_subsamples_large_inputs(monkeypatch):
+    r = torch.randn(1000, 7, generator=torch.Generator().manual_seed(0))   # 7,000 values > the limit below
+    monkeypatch.setattr(codec, "QUANTILE_LIMIT", 1024)
+    cutoffs, weights = codec.fit_buckets(r, 2)
+    assert torch.allclose(cutoffs, torch.quantile(r.reshape(-1), torch.tensor([0.25, 0.5, 0.75])), atol=0.15)
+    assert bool((weights.diff() > 0).all())
+
+
 def test_build_layout(index, corpus):
     s = index.snapshot()
     docs = corpus[0]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 NBITS = (1, 2, 4)
+QUANTILE_LIMIT = 1 << 24  # torch.quantile accepts at most 2^24 values
 
 
 def check_nbits(nbits) -> int:
@@ -45,8 +46,9 @@ def fit_buckets(residuals: torch.Tensor, nbits: int) -> tuple[torch.Tensor, torc
     """``(cutoffs [2^nbits - 1], weights [2^nbits])`` float32 from training residuals ``[P, d]``."""
     n = 1 << nbits
     flat = residuals.float().reshape(-1)
-    if flat.numel() > (1 << 24):  # torch.quantile's input limit: an even subsample (ours)
-        flat = flat[torch.linspace(0, flat.numel() - 1, 1 << 24, device=flat.device).long()]
+    if flat.numel() > QUANTILE_LIMIT:  # torch.quantile's input limit: an evenly strided subsample (ours)
+        pick = torch.arange(QUANTILE_LIMIT, dtype=torch.int64, device=flat.device) * flat.numel() // QUANTILE_LIMIT
+        flat = flat[pick]
     q = torch.arange(n, dtype=torch.float32, device=flat.device) / n
     cutoffs = torch.quantile(flat, q[1:])
     weights = torch.quantile(flat, q + 0.5 / n)
