@@ -11,6 +11,7 @@ Quick start::
 """
 from .backend import report as backends
 from .graphed_search import GraphedSearch
+from .index import AutoSearcher, PrefilterIndex
 from .ops import maxsim, maxsim_candidates, maxsim_topk, pooled_scores
 from .packed import pack, unpack
 from .store import PackedStore, StoreFormatError
@@ -18,8 +19,10 @@ from .store import PackedStore, StoreFormatError
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoSearcher",
     "GraphedSearch",
     "PackedStore",
+    "PrefilterIndex",
     "StoreFormatError",
     "backends",
     "maxsim",

@@ -261,7 +261,8 @@ class Pipeline:
         results = []
         for i, q in enumerate(qs):
             c = counts[i]
-            c["recall"] = {"units_scored": recall.units[i], "documents": int(docs[i].size)}
+            c["recall"] = {"units_scored": recall.units[i], "documents": int(docs[i].size),
+                           "paths": dict(recall.paths[i])}  # per store: which ranker ran and why
             if seeds is not None:
                 c["seeds"] = {**{k: v[i] for k, v in seeds.candidates.items()}, "entities": int(seeds.entities[i].size),
                               "relations": int(seeds.relations[i].size), "image_hits": int(seeds.image_hits[i].size),
