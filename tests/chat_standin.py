@@ -84,16 +84,18 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = (500, {"error": {"message": f"stand-in reply raised {exc!r}"}}, {})
             if isinstance(answer, str):
                 answer = Reply(answer)
-            if isinstance(answer, Reply):
-                if answer.delay:
-                    time.sleep(answer.delay)
-                self._send(200, completion_body(answer.text, request.get("model", ""), answer.finish_reason), {})
-            else:
-                status, body, headers = answer
-                self._send(status, body, headers)
+            if isinstance(answer, Reply) and answer.delay:
+                time.sleep(answer.delay)
         finally:
+            # counted as in flight while being answered, not while the reply is written: a client
+            # that has read a reply may send its next request before this handler's thread resumes
             with srv.lock:
                 srv.in_flight -= 1
+        if isinstance(answer, Reply):
+            self._send(200, completion_body(answer.text, request.get("model", ""), answer.finish_reason), {})
+        else:
+            status, body, headers = answer
+            self._send(status, body, headers)
 
     def _send(self, status: int, body: object, headers: dict) -> None:
         data = json.dumps(body).encode() if not isinstance(body, str) else body.encode()

@@ -212,7 +212,9 @@ def test_opening_does_not_load_the_vectors_into_memory(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["vector_bytes"] > 64 << 20
-    assert r["growth"] < r["vector_bytes"] / 5, r        # read whole, growth would exceed the vector bytes
+    # read whole, growth would exceed the vector bytes; the margin leaves room for the part
+    # tables, the native graph and allocator noise (a clean-clone run measured 18.7 of 75.5 MB)
+    assert r["growth"] < r["vector_bytes"] / 2, r
     assert r["after_search"] > r["vector_bytes"] / 2, r  # the measure sees pages once they are touched
 
 
