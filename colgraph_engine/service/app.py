@@ -299,11 +299,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
             return 422, str(exc)
         return 500, f"{type(exc).__name__}: {exc}"
 
-    # -- queries ----------------------------------------------------------------------------
-    @app.post("/query", response_model=QueryResponse, responses=errors, tags=["query"])
-    async def query(req: QueryRequest):
-        """Runs one question through the pipeline (batched with concurrent requests)."""
-        q, cfg = prepare(req)
+    async def answer_one(q, cfg) -> Response:
+        """One query through the batcher: 429/503 when refused, its own failure as 422/500."""
         try:
             fut = batcher.enqueue([(q, cfg)])[0]
         except (QueueFull, ShuttingDown) as exc:
@@ -314,6 +311,13 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
             code, msg = failure(exc)
             raise HTTPException(code, msg) from None
         return Response(answer_bytes(answered), media_type="application/json")
+
+    # -- queries ----------------------------------------------------------------------------
+    @app.post("/query", response_model=QueryResponse, responses=errors, tags=["query"])
+    async def query(req: QueryRequest):
+        """Runs one question through the pipeline (batched with concurrent requests)."""
+        q, cfg = prepare(req)
+        return await answer_one(q, cfg)
 
     @app.post("/query/form", response_model=QueryResponse, responses=errors, tags=["query"])
     async def query_form(question: str = Form(..., max_length=8192), caption: str = Form("", max_length=8192),
@@ -331,16 +335,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
             pixels = decode_image(await image.read(), "image", service.max_image_pixels)
         q = make_query(question, caption, pixels, "")
         cfg = config_for(overrides, answer, "")
-        try:
-            fut = batcher.enqueue([(q, cfg)])[0]
-        except (QueueFull, ShuttingDown) as exc:
-            refuse(exc)
-        try:
-            answered = await fut
-        except Exception as exc:
-            code, msg = failure(exc)
-            raise HTTPException(code, msg) from None
-        return Response(answer_bytes(answered), media_type="application/json")
+        return await answer_one(q, cfg)
 
     @app.post("/query/batch", response_model=BatchQueryResponse, responses=errors, tags=["query"])
     async def query_batch(req: BatchQueryRequest):
