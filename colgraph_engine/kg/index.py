@@ -497,14 +497,8 @@ class KnowledgeIndex:
         """Document, local id, kind, name, type, text, bbox, provenance segments and (images and
         regions) the image's name of a graph node."""
         a = self._assemble()
-        n = a.node_uid.array.size
-        if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or not 0 <= node < n:
-            raise ValueError(f"node: expected a node id in [0, {n}), got {node!r}")
-        offsets = a.node_offsets.array
-        d = int(np.searchsorted(offsets, node, side="right") - 1)
-        doc_id = a.doc_ids[d]
+        _, doc_id, v = _locate(a, a.node_offsets.array, node, "node")
         c, nb, _ = self._docs[doc_id].columns()
-        v = int(node - offsets[d])
         i = nb + v  # row in the columns
         box = c.node_bbox[i]
         image = int(c.node_image[i])
@@ -519,14 +513,8 @@ class KnowledgeIndex:
         """Document, local id, kind, endpoints (graph node ids), keywords, text, weight and
         provenance segments of a graph edge."""
         a = self._assemble()
-        m = a.edge_uid.array.size
-        if isinstance(edge, bool) or not isinstance(edge, (int, np.integer)) or not 0 <= edge < m:
-            raise ValueError(f"edge: expected an edge id in [0, {m}), got {edge!r}")
-        offsets = a.edge_offsets.array
-        d = int(np.searchsorted(offsets, edge, side="right") - 1)
-        doc_id = a.doc_ids[d]
+        d, doc_id, e = _locate(a, a.edge_offsets.array, edge, "edge")
         c, _, eb = self._docs[doc_id].columns()
-        e = int(edge - offsets[d])
         j = eb + e  # row in the columns
         base = int(a.node_offsets.array[d])
         return {"doc_id": doc_id, "local": e, "kind": EdgeKind(int(c.edge_kind[j])).name.lower(),
@@ -1498,6 +1486,16 @@ def read_documents(path: str | os.PathLike) -> list[dict]:
     """Every document of the index committed in `path`, in order: ``{"doc_id", "number",
     "part", "nodes", "edges", "counts"}`` (read from the part files; any version)."""
     return list(_read_manifest(_as_dir(path))["documents"])
+
+
+def _locate(a, offsets: np.ndarray, x, name: str) -> tuple[int, str, int]:
+    """``(document position, doc id, local id)`` of graph node or edge `x`, given the merged
+    graph's per-document `offsets` ``[D+1]``; ValueError naming `name` when out of range."""
+    n = int(offsets[-1]) if offsets.size else 0
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < n:
+        raise ValueError(f"{name}: expected a {name} id in [0, {n}), got {x!r}")
+    d = int(np.searchsorted(offsets, x, side="right") - 1)
+    return d, a.doc_ids[d], int(x - offsets[d])
 
 
 def _lookup(sorted_uids: np.ndarray, uids, name: str) -> np.ndarray:
