@@ -43,6 +43,7 @@ from ..kg.parsers import parse_extraction
 from ..kg.segment import segment_sections
 from ..kg.vectors import encode_document
 from .readers import ReadResult, read_path
+from .readers.result import timed_into
 from .readers.dispatch import _skip_reason, _walk, check_options
 
 MAX_MATCH_ENTITIES = 60
@@ -76,8 +77,9 @@ class DocumentReport:
     failures: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def timed(self, phase: str, t0: float) -> None:
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+    def timed(self, phase: str):
+        """Adds the wall time of the ``with`` body to ``seconds[phase]``."""
+        return timed_into(self.seconds, phase)
 
 
 _COUNTS = ("pages", "text_layer_pages", "ocr_pages", "segments", "entities", "relations", "images", "regions")
@@ -209,9 +211,8 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
                                on_failure, build_options)
             if graph is None:
                 continue
-            t0 = time.perf_counter()
-            vectors = encode_document(graph, index.encoders) if index.encoders is not None else {}
-            rep.timed("encode", t0)
+            with rep.timed("encode"):
+                vectors = encode_document(graph, index.encoders) if index.encoders is not None else {}
             # decoded images are not persisted; holding them in the index's in-memory graphs would
             # keep every page image of the run alive (file paths are kept: they cost nothing)
             graph.pixels = {k: v for k, v in graph.pixels.items() if isinstance(v, (str, os.PathLike))}
@@ -287,22 +288,19 @@ def _build_one(doc: DocumentInput, rep: DocumentReport, index, extractor, vision
     try:
         if caption is not None:
             doc = _caption_images(doc, caption, rep)
-        t0 = time.perf_counter()
-        segments = list(doc.segments) if doc.segments is not None else segment_sections(
-            doc.sections, max_tokens=max_tokens, overlap_tokens=build_options.get("overlap_tokens", 0),
-            count_tokens=build_options.get("count_tokens"))
-        extractions = list(doc.extractions) if doc.extractions is not None else _extract(
-            [s.text for s in segments], rep, extractor, offline, on_failure)
-        rep.timed("extract", t0)
+        with rep.timed("extract"):
+            segments = list(doc.segments) if doc.segments is not None else segment_sections(
+                doc.sections, max_tokens=max_tokens, overlap_tokens=build_options.get("overlap_tokens", 0),
+                count_tokens=build_options.get("count_tokens"))
+            extractions = list(doc.extractions) if doc.extractions is not None else _extract(
+                [s.text for s in segments], rep, extractor, offline, on_failure)
         if vision is not None:
-            t0 = time.perf_counter()
-            doc = _vision(doc, segments, extractions, vision, rep)
-            rep.timed("vision", t0)
+            with rep.timed("vision"):
+                doc = _vision(doc, segments, extractions, vision, rep)
         doc = replace(doc, segments=segments, extractions=extractions)
-        t0 = time.perf_counter()
         options = {k: v for k, v in build_options.items() if k not in ("overlap_tokens", "count_tokens")}
-        graph = build_document_graph(doc, **options)
-        rep.timed("build", t0)
+        with rep.timed("build"):
+            graph = build_document_graph(doc, **options)
     except (TypeError, ValueError) as exc:  # a document the builder refuses (strict mode, bad input)
         rep.status = "failed"
         rep.failures.append(f"build: {exc}")
@@ -346,7 +344,11 @@ def _caption_images(doc: DocumentInput, hook, rep: DocumentReport) -> DocumentIn
     todo = [i for i, im in enumerate(doc.images) if im.pixels is not None and not im.caption.strip()]
     if not todo:
         return doc
-    t0 = time.perf_counter()
+    with rep.timed("caption"):
+        return _captioned(doc, todo, hook, rep)
+
+
+def _captioned(doc: DocumentInput, todo: list[int], hook, rep: DocumentReport) -> DocumentInput:
     images = list(doc.images)
     for i in todo:
         text = _call(hook.caption, rep, f"caption {images[i].ref!r}", images[i].pixels,
@@ -359,7 +361,6 @@ def _caption_images(doc: DocumentInput, hook, rep: DocumentReport) -> DocumentIn
     sections = [replace(sec, text="\n\n".join(c for r in sec.images if (c := caption_of.get(r, "")).strip()))
                 if not isinstance(sec, str) and sec.images and not sec.text.strip() else sec
                 for sec in doc.sections]
-    rep.timed("caption", t0)
     return replace(doc, images=images, sections=sections)
 
 

@@ -57,14 +57,19 @@ class ReadStats:
     sidecars: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
-    @contextmanager
     def timed(self, phase: str):
         """Adds the wall time of the ``with`` body to ``seconds[phase]``."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+        return timed_into(self.seconds, phase)
+
+
+@contextmanager
+def timed_into(seconds: dict[str, float], phase: str):
+    """Adds the wall time of the ``with`` body to ``seconds[phase]`` (created at 0)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - t0
 
 
 @dataclass
