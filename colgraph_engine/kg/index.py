@@ -321,12 +321,7 @@ class KnowledgeIndex:
         loaded: dict[str, tuple[StoredDocument, str]] = {}  # doc id -> (document, part)
         for part in tqdm(m["parts"], desc="loading parts", disable=not progress):
             ppath = path / "parts" / part
-            got = _part_sha(ppath)
-            if got is None:
-                raise IndexFormatError(f"{ppath}: part is missing (the manifest lists it)")
-            if got != m["parts"][part]:
-                raise IndexFormatError(f"{ppath}: part manifest checksum mismatch (expected {m['parts'][part][:12]}…, "
-                                       f"got {str(got)[:12]}…)")
+            _check_part_sha(ppath, m["parts"][part])
             docs, _ = read_part(ppath, dims, dtype, verify=verify, version=1)
             want = [(d["doc_id"], d["number"]) for d in by_part.get(part, [])]
             if sorted((d.graph.doc_id, d.number) for d in docs) != sorted(want):
@@ -808,12 +803,7 @@ class KnowledgeIndex:
         items: dict[str, list] = {s: [] for s in dims}
         for part, listed in tqdm(runs, desc="loading parts", disable=not progress):
             ppath = path / "parts" / part
-            got = _part_sha(ppath)
-            if got is None:
-                raise IndexFormatError(f"{ppath}: part is missing (the manifest lists it)")
-            if got != m["parts"][part]:
-                raise IndexFormatError(f"{ppath}: part manifest checksum mismatch (expected {m['parts'][part][:12]}…, "
-                                       f"got {str(got)[:12]}…)")
+            _check_part_sha(ppath, m["parts"][part])
             docs, rows = read_part(ppath, dims, dtype, verify=verify, version=part_version(ppath))
             if rows is None:
                 raise IndexFormatError(f"{ppath}: a version-1 part in a version-2 index")
@@ -1206,6 +1196,17 @@ def _check_replaceable(path: Path) -> None:
     if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
         raise ValueError(f"path: {path} is a non-empty folder that holds no knowledge index; refusing to delete it "
                          f"(remove it yourself or choose another path)")
+
+
+def _check_part_sha(path: Path, expected: str) -> None:
+    """IndexFormatError unless the part folder `path` exists with the manifest checksum the
+    index manifest lists for it (folder parts: versions 1 and 2)."""
+    got = _part_sha(path)
+    if got is None:
+        raise IndexFormatError(f"{path}: part is missing (the manifest lists it)")
+    if got != expected:
+        raise IndexFormatError(f"{path}: part manifest checksum mismatch (expected {expected[:12]}…, "
+                               f"got {str(got)[:12]}…)")
 
 
 def _part_sha(path: Path) -> str | None:
