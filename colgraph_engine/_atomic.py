@@ -202,8 +202,12 @@ def write_directory(path: str | os.PathLike, fill: Callable[[Path], None],
     path = Path(path)
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
-    if check_existing is not None and path.exists():
-        check_existing(path)
+    if check_existing is not None:
+        # early refusal, before anything is written; under the shared lock so that no other
+        # writer's swap of `path` is half-seen (a missing manifest read as "not ours")
+        with _folder_lock(parent, exclusive=False):
+            if path.exists():
+                check_existing(path)
     tag = _writer_tag()
     tmp = parent / f".{path.name}{_TMP_TAG}{tag}"
     backup = parent / f".{path.name}{_BACKUP_TAG}{tag}"
