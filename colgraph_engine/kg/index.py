@@ -87,6 +87,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -101,6 +102,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import _arraydir, _atomic
+from . import prefilters as _pf
 from ..graph.kinds import EdgeKind, NodeKind
 from ..graph.knowledge_graph import KnowledgeGraph, NodeNames, normalize_name
 from ..packed import check_finite
@@ -116,6 +118,7 @@ UID_SHIFT = 32
 MAX_DOC_NUMBER = 2**31 - 1
 
 IndexFormatError = _arraydir.FormatError
+log = logging.getLogger("colgraph_engine")
 
 
 class IndexConflictError(RuntimeError):
@@ -238,6 +241,12 @@ class KnowledgeIndex:
         self._disk_version = INDEX_VERSION  # of the directory's committed manifest
         self._changes = 0
         self._manifest_stat: tuple | None = None  # identity of the manifest file this object read or wrote
+        # carried prefilters (see enable_prefilter): settings, store -> PrefilterIndex (None:
+        # deferred), store -> committed folder entry, store -> what the last change did
+        self._pf_settings: _pf.PrefilterSettings | None = None
+        self._prefilters: dict = {}
+        self._pf_files: dict[str, dict] = {}
+        self._pf_events: dict[str, str] = {}
 
     @staticmethod
     def _check_dims(dims) -> None:
@@ -267,13 +276,18 @@ class KnowledgeIndex:
 
     @classmethod
     def open(cls, path: str | os.PathLike, encoders: Encoders | None = None, *, verify: bool = True,
-             progress: bool = False) -> KnowledgeIndex:
+             progress: bool = False, repair_prefilter: bool = False) -> KnowledgeIndex:
         """Loads the index committed in `path`.
 
         Args:
             encoders: needed to add documents that are not pre-encoded; must match the names
                 and dimensions the index was built with.
             verify: check every file's sha256 (sizes, shapes and structure are always checked).
+            repair_prefilter: a carried prefilter (see :meth:`enable_prefilter`) that is missing,
+                damaged or disagrees with its store (other uids or token counts) is refused with
+                ``FormatError`` by default (checksums chain the manifest to it, so only tampering
+                or a bug gets there); True rebuilds it from the store's vectors instead and
+                commits the rebuilt one at once (the writer lock is taken).
 
         Raises ``FormatError`` (a ValueError) when the directory is missing, truncated, tampered
         with or inconsistent. Concurrent commits never make it fail: it reads one generation
@@ -282,22 +296,31 @@ class KnowledgeIndex:
         path = _as_dir(path)
         if encoders is not None and not isinstance(encoders, Encoders):
             raise TypeError(f"encoders: expected Encoders or None, got {type(encoders).__name__}")
+        if not isinstance(repair_prefilter, bool):
+            raise TypeError(f"repair_prefilter: expected a bool, got {type(repair_prefilter).__name__}")
         for attempt in range(_OPEN_ATTEMPTS):
             with _readers_lock(path, exclusive=False, wait=True) as locked:
                 stat = _stat_key(path / "manifest.json")
                 m = _load_manifest(path)
                 try:
-                    index = cls._open_manifest(path, m, encoders, verify=verify, progress=progress)
+                    index = cls._open_manifest(path, m, encoders, verify=verify, progress=progress,
+                                               repair_prefilter=repair_prefilter)
                     index._manifest_stat = stat if _stat_key(path / "manifest.json") == stat else None
-                    return index
+                    break
                 except (IndexFormatError, OSError):
                     if locked or attempt == _OPEN_ATTEMPTS - 1 or _generation_on_disk(path) == m["generation"]:
                         raise  # damaged, not replaced underneath
-        raise AssertionError("unreachable")
+        else:
+            raise AssertionError("unreachable")
+        repaired = {s: e for s, e in index._pf_events.items() if e.startswith("repaired")}
+        if repaired:  # outside the readers' lock: the commit may then delete the damaged folders
+            with index._writer():
+                index._commit_prefilters({s: (index._prefilters[s], e) for s, e in repaired.items()})
+        return index
 
     @classmethod
     def _open_manifest(cls, path: Path, m: dict, encoders: Encoders | None, *, verify: bool,
-                       progress: bool) -> KnowledgeIndex:
+                       progress: bool, repair_prefilter: bool = False) -> KnowledgeIndex:
         dtype = _DTYPES_BY_NAME[m["dtype"]]
         dims = m["dims"]
         if encoders is not None:
@@ -311,6 +334,7 @@ class KnowledgeIndex:
         index._disk_version = m["version"]
         if m["version"] == 3:
             index._open_parts(m, verify=verify, progress=progress)
+            index._open_prefilters(m, verify=verify, repair=repair_prefilter)
             return index
         if m["version"] == 2:
             index._open_mapped(m, verify=verify, progress=progress)
@@ -347,15 +371,93 @@ class KnowledgeIndex:
             _check_replaceable(path)
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
-        old = self.path, self._parts, self._generation, self._vectors, self._disk_version
-        self.path, self._parts, self._generation, self._vectors = path, {}, 0, {}
+        old = self.path, self._parts, self._generation, self._vectors, self._disk_version, self._pf_files
+        self.path, self._parts, self._generation, self._vectors, self._pf_files = path, {}, 0, {}, {}
         try:
             with self._writer(check_generation=False):
                 self._rewrite_all()
         except BaseException:
-            self.path, self._parts, self._generation, self._vectors, self._disk_version = old
+            self.path, self._parts, self._generation, self._vectors, self._disk_version, self._pf_files = old
             raise
         return path
+
+    # -- carried prefilters -----------------------------------------------------------------
+    def enable_prefilter(self, stores: Sequence[str] = _pf.DEFAULT_STORES, *, nbits: int = 2,
+                         min_tokens: int = _pf.DEFAULT_MIN_TOKENS,
+                         rebuild_drift: float = _pf.DEFAULT_REBUILD_DRIFT) -> dict[str, str]:
+        """Makes the named stores carry a centroid prefilter (a
+        :class:`~colgraph_engine.index.PrefilterIndex` keyed by the stores' uids), maintained by
+        every later add and removal and, in a directory, committed with them (one manifest
+        replace covers a change's rows and its prefilters). Builds each store's prefilter now
+        when the store holds at least `min_tokens` tokens (else defers it to the first change
+        that gets there); in a directory, commits at once. Calling it again replaces the
+        settings and rebuilds every carried prefilter. Rules and defaults (ours):
+        :mod:`colgraph_engine.kg.prefilters`.
+
+        Args:
+            stores: store names of this index (default: the text stores of document recall,
+                ``("segment", "table")``, those this index has).
+            nbits: residual bits per dimension: 1, 2 or 4.
+            min_tokens: a store with fewer live tokens carries no prefilter yet.
+            rebuild_drift: rebuild a store's prefilter from its vectors during the commit whose
+                additions bring its drift above this.
+
+        Returns ``{store: what happened}`` (``"built (...)"`` or ``"deferred (...)"``). Raises
+        ValueError naming the argument for unknown stores, nbits outside {1, 2, 4} (or one
+        that cannot pack a store's dimension), a min_tokens below 1 or a non-positive drift.
+        """
+        if stores is _pf.DEFAULT_STORES:
+            stores = tuple(s for s in stores if s in self.dims)
+        settings = _pf.PrefilterSettings.checked(stores, nbits, min_tokens, rebuild_drift, self.dims)
+        plan = {s: _pf.next_prefilter(settings, None, self.stores[s]) for s in settings.stores}
+        if self.path is not None:
+            with self._writer():
+                if self._disk_version != INDEX_VERSION:
+                    self._rewrite_all()  # upgrade the directory first (same contents)
+                self._commit_prefilters(plan, settings=settings, replace=True)
+        else:
+            self._pf_settings, self._prefilters = settings, {}
+            self._swap_prefilters(plan)
+        return dict(self._pf_events)
+
+    def disable_prefilter(self) -> None:
+        """Stops carrying prefilters; in a directory, commits a manifest without them (their
+        folders are then deleted like any unlisted file)."""
+        if self._pf_settings is None:
+            return
+        if self.path is not None:
+            with self._writer():
+                if self._disk_version != INDEX_VERSION:
+                    self._rewrite_all()
+                self._commit_prefilters({}, settings=None, replace=True)
+        self._pf_settings, self._prefilters, self._pf_events = None, {}, {}
+
+    def prefilter(self, store: str):
+        """The :class:`~colgraph_engine.index.PrefilterIndex` `store` carries (ids are the
+        store's uids), or None (no prefilter configured for it, or its build is deferred).
+        The object is replaced, never changed, by later commits."""
+        if not isinstance(store, str):
+            raise TypeError(f"store: expected a store name (str), got {type(store).__name__}")
+        if store not in self.dims:
+            raise ValueError(f"store: expected one of this index's stores {list(self.dims)}, got {store!r}")
+        return self._prefilters.get(store)
+
+    def prefilter_info(self) -> dict | None:
+        """None when no store carries a prefilter; else the settings and per configured store
+        ``{"state": "built" | "deferred", "items", "deleted", "tokens", "drift", "last_change"}``."""
+        if self._pf_settings is None:
+            return None
+        out = {**self._pf_settings.to_manifest(), "stores": {}}
+        for s in self._pf_settings.stores:
+            pf = self._prefilters.get(s)
+            if pf is None:
+                info = {"state": "deferred", "tokens": int(self.stores[s].offsets[-1])}
+            else:
+                st = pf.snapshot()
+                info = {"state": "built", "items": st.n_live, "deleted": st.n_slots - st.n_live,
+                        "tokens": st.n_tokens, "drift": float(pf.drift())}
+            out["stores"][s] = {**info, "last_change": self._pf_events.get(s, "")}
+        return out
 
     # -- adding and removing --------------------------------------------------------------
     def add_document(self, doc: DocumentInput | DocumentGraph, vectors: dict[str, ItemVectors] | None = None,
@@ -407,8 +509,11 @@ class KnowledgeIndex:
             with self._writer():
                 if self._disk_version != INDEX_VERSION:
                     self._rewrite_all()  # upgrade the directory first (same contents), then append
-                part = self._append_committed(stored)
-        self._apply_add(stored, [part] * len(stored))
+                plan = self._plan_prefilters(added=stored)
+                part = self._append_committed(stored, plan)
+        else:
+            plan = self._plan_prefilters(added=stored)
+        self._apply_add(stored, [part] * len(stored), plan)
         if progress:
             total = {k: sum(g.counts[k] for g in graphs) for k in _COUNTED + ("errors", "warnings")}
             tqdm.write(f"added {len(graphs)} documents: " + ", ".join(f"{v} {k}" for k, v in total.items()))
@@ -427,8 +532,9 @@ class KnowledgeIndex:
                 if self._disk_version != INDEX_VERSION:
                     self._rewrite_all()  # upgrade the directory first (same contents)
                     entry = self._docs[doc_id]
-                self._remove_committed(doc_id)
+                self._remove_committed(doc_id, self._plan_prefilters(removed=entry))
             return
+        plan = self._plan_prefilters(removed=entry)
         for store, ids in self._uids_of(entry).items():
             if ids.size:
                 self.stores[store].delete(torch.from_numpy(ids))
@@ -436,6 +542,7 @@ class KnowledgeIndex:
         _add_counts(self._totals, entry.graph.counts, -1)
         del self._docs[doc_id]
         self._assembly = None
+        self._swap_prefilters(plan)
         self._changes += 1
 
     # -- reading ----------------------------------------------------------------------------
@@ -547,7 +654,7 @@ class KnowledgeIndex:
                 raise ValueError(f"{what}[{store!r}]: local ids must be unique and in [0, {limit})")
             check_finite(v.values, f"{what}[{store!r}]")
 
-    def _apply_add(self, docs: list[StoredDocument], parts: list[str]) -> None:
+    def _apply_add(self, docs: list[StoredDocument], parts: list[str], prefilters: dict | None = None) -> None:
         """Puts committed documents in memory: one store append per store for the whole batch
         (appending per document would copy the growing id and offset arrays each time), over
         the longer mapping of the store's vector file when the index has a directory; then
@@ -570,6 +677,7 @@ class KnowledgeIndex:
             self._next_number = max(self._next_number, d.number + 1)
         if self._assembly is not None:
             self._append_to_assembly(self._assembly, [(d.number, d.graph) for d in docs])
+        self._swap_prefilters(prefilters or {})
         self._changes += 1
 
     def _uids_of(self, entry: _Entry) -> dict[str, np.ndarray]:
@@ -614,6 +722,100 @@ class KnowledgeIndex:
             vectors[store] = ItemVectors(uids & ((1 << UID_SHIFT) - 1), torch.cat(rows), offsets)
         return StoredDocument(entry.number, entry.graph, vectors)
 
+    def _plan_prefilters(self, added: list[StoredDocument] | None = None,
+                         removed: _Entry | None = None) -> dict[str, tuple]:
+        """``{store: (next prefilter or None, what happened)}`` for each store that carries
+        prefilters, after adding documents `added` or removing document `removed` (computed
+        before anything is written; nothing is changed here)."""
+        if self._pf_settings is None:
+            return {}
+        plan = {}
+        uids_out = self._uids_of(removed) if removed is not None else {}
+        for s in self._pf_settings.stores:
+            new = None
+            have = [d for d in (added or ()) if s in d.vectors and d.vectors[s].local.size]
+            if have:
+                lengths = torch.cat([d.vectors[s].offsets.diff() for d in have])
+                offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+                torch.cumsum(lengths, 0, out=offsets[1:])
+                values = torch.cat([d.vectors[s].values for d in have]).to(self.dtype)  # as the store keeps them
+                uids = torch.from_numpy(np.concatenate([make_uid(d.number, d.vectors[s].local) for d in have]))
+                new = (values, offsets, uids)
+            out = uids_out.get(s)
+            out = torch.from_numpy(out) if out is not None and out.size else None
+            plan[s] = _pf.next_prefilter(self._pf_settings, self._prefilters.get(s), self.stores[s], new, out)
+        return plan
+
+    def _swap_prefilters(self, plan: dict[str, tuple]) -> None:
+        """Puts a committed change's prefilters in memory."""
+        for s, (pf, why) in plan.items():
+            if why != "unchanged":
+                log.info("colgraph_engine: prefilter of store %r %s", s, why)
+                self._pf_events[s] = why
+            self._prefilters[s] = pf
+
+    def _write_prefilters(self, plan: dict[str, tuple], *, replace: bool = False) -> tuple[dict[str, dict], list]:
+        """Writes the folders of the plan's changed prefilters (writer lock held); returns the
+        folder entries the next manifest lists and the entries written now (to discard when the
+        commit fails). `replace`: the plan replaces every entry (settings changed)."""
+        files = {} if replace else {s: dict(e) for s, e in self._pf_files.items()}
+        written = []
+        try:
+            for s, (pf, why) in plan.items():
+                if why == "unchanged" and not replace:
+                    continue
+                files.pop(s, None)
+                if pf is not None:
+                    files[s] = _pf.write(self.path, s, pf)
+                    written.append(files[s])
+        except BaseException:
+            _pf.discard(self.path, written)
+            raise
+        return files, written
+
+    def _commit_prefilters(self, plan: dict[str, tuple], *, settings=..., replace: bool = False) -> None:
+        """Commits prefilters alone (writer lock held): the plan's folders and a manifest with
+        the same parts and vector files; `settings` (default: unchanged) are then this index's."""
+        settings = self._pf_settings if settings is ... else settings
+        files, written = self._write_prefilters(plan, replace=replace)
+        try:
+            self._commit(dict(self._parts), prefilter=(settings, files))
+        except BaseException:
+            _pf.discard(self.path, written)
+            raise
+        if replace:
+            self._prefilters, self._pf_events = {}, {}
+        self._pf_settings = settings
+        self._swap_prefilters(plan)
+        self._changes += 1
+
+    def _open_prefilters(self, m: dict, *, verify: bool, repair: bool) -> None:
+        """Loads the prefilters a version-3 manifest `m` names and checks each against its
+        store (see :func:`.prefilters.load`); with `repair`, one that fails is rebuilt from the
+        store (committed by :meth:`open`)."""
+        parsed = _pf.parse_section(m, self.dims, self.path / "manifest.json")
+        if parsed is None:
+            return
+        self._pf_settings, files = parsed
+        for s in self._pf_settings.stores:
+            entry = files.get(s)
+            try:
+                if entry is None:
+                    pf = None
+                    if int(self.stores[s].offsets[-1]) >= self._pf_settings.min_tokens:
+                        raise IndexFormatError(f"{self.path / 'manifest.json'}: store {s!r} holds at least min_tokens "
+                                               f"tokens but carries no prefilter (the commit that crossed it builds one)")
+                else:
+                    pf = _pf.load(self.path, s, entry, self.stores[s], self._pf_settings, verify=verify)
+            except (IndexFormatError, OSError) as exc:
+                if not repair:
+                    raise
+                pf, why = _pf.next_prefilter(self._pf_settings, None, self.stores[s])
+                log.warning("colgraph_engine: %s; rebuilt from the store's vectors", exc)
+                self._pf_events[s] = f"repaired: {why}"
+            self._prefilters[s] = pf
+        self._pf_files = files
+
     @contextlib.contextmanager
     def _writer(self, *, check_generation: bool = True):
         """Holds the directory's writer lock; refuses to write over a newer generation."""
@@ -654,14 +856,17 @@ class KnowledgeIndex:
         return name, {"sha256": sha, "documents": len(docs), "counts": counts}
 
     def _commit(self, parts: dict[str, dict], *, vectors: dict[str, dict] | None = None,
-                next_number: int | None = None, pending: Sequence[int] = ()) -> None:
+                next_number: int | None = None, pending: Sequence[int] = (), prefilter: tuple | None = None) -> None:
         """Replaces the manifest with one that lists `parts` (name -> entry, in document order)
         and vector files `vectors` (default: unchanged), then deletes the parts and vector files
         no manifest names. The manifest lists parts, not documents: its size grows with the
         number of commits that added parts, not with the documents in them. `pending`: open
         files and folders the commit's files were written to, fsync'ed together with the new
-        manifest's temporary file before it replaces the old one."""
+        manifest's temporary file before it replaces the old one. `prefilter`: ``(settings,
+        folder entries)`` of the carried prefilters (default: unchanged; settings None: none),
+        their folders already written and fsync'ed."""
         vectors = self._vectors if vectors is None else vectors
+        pf_settings, pf_files = (self._pf_settings, self._pf_files) if prefilter is None else prefilter
         next_number = self._next_number if next_number is None else next_number
         totals = dict.fromkeys(_COUNTED, 0)
         for e in parts.values():
@@ -672,18 +877,22 @@ class KnowledgeIndex:
             "next_doc_number": next_number, "parts": [{"name": n, **e} for n, e in parts.items()],
             "vectors": vectors, "totals": {"documents": sum(e["documents"] for e in parts.values()), **totals},
         }
+        if pf_settings is not None:
+            manifest["prefilter"] = _pf.section(pf_settings, pf_files)
         _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True),
                       pending)
         self._manifest_stat = _stat_key(self.path / "manifest.json")
         self._generation += 1
         self._parts = dict(parts)
         self._vectors = {s: dict(v) for s, v in vectors.items()}
+        self._pf_files = {s: dict(e) for s, e in pf_files.items()} if pf_settings is not None else {}
         self._disk_version = INDEX_VERSION
         self._next_number = next_number
         with _readers_lock(self.path, exclusive=True, wait=False) as locked:
             if locked:  # no reader can still be reading an older manifest's parts or files
                 _remove_unlisted_parts(self.path, self._parts)
                 _remove_unlisted_vectors(self.path, self._vectors)
+                _pf.remove_unlisted(self.path, self._pf_files)
 
     def _assemble(self) -> _Assembly:
         if self._assembly is None:
@@ -909,7 +1118,7 @@ class KnowledgeIndex:
             if st.n_slots != len(st):
                 raise RuntimeError(f"store {s!r} holds deleted items")  # removal compacts at once
         vectors = self._new_vector_files(rows)
-        part = ""
+        part, pf_written = "", []
         try:
             shas = {s: hashlib.sha256(memoryview(r).cast("B")).hexdigest() if r.size else _EMPTY_SHA
                     for s, r in rows.items()}
@@ -917,12 +1126,17 @@ class KnowledgeIndex:
             if docs:
                 part, entry = self._write_part(docs, shas)
                 parts[part] = entry
-            self._commit(parts, vectors=vectors, next_number=self._next_number)
+            # every carried prefilter again, under new folder names (a new or upgraded directory)
+            pf_files, pf_written = self._write_prefilters(
+                {s: (pf, "rewritten") for s, pf in self._prefilters.items()}, replace=True)
+            self._commit(parts, vectors=vectors, next_number=self._next_number,
+                         prefilter=(self._pf_settings, pf_files))
         except BaseException:
             for v in vectors.values():
                 (self.path / "vectors" / v["file"]).unlink(missing_ok=True)
             if part:
                 (self.path / "parts" / part).unlink(missing_ok=True)
+            _pf.discard(self.path, pf_written)
             raise
         del rows
         for doc_id in self._docs:
@@ -951,20 +1165,23 @@ class KnowledgeIndex:
             out.append(doc_id)
         return out[::-1]
 
-    def _append_committed(self, stored: list[StoredDocument]) -> str:
+    def _append_committed(self, stored: list[StoredDocument], prefilters: dict[str, tuple]) -> str:
         """Appends the documents' rows to the vector files, writes their part file (absorbing
         the small parts at the end of the list, see :meth:`_merged_tail`) and commits (writer
         lock held); returns the part's name. The appended vector files, the part file, the parts
         folder and the new manifest are fsync'ed together (concurrently), then the index folder
         after the rename: a constant number of fsyncs per commit, however many documents and
-        arrays. On failure, cuts the files back to their committed rows and removes the part (a
-        crash leaves both to the next writer)."""
+        arrays. The changed prefilters (`prefilters`, see :meth:`_plan_prefilters`) are written
+        to new folders (fsync'ed) before the manifest names them. On failure, cuts the files back
+        to their committed rows and removes the part and the new prefilter folders (a crash leaves
+        them to the next writer)."""
         rows = {s: disk_rows(stored, s, d, self.dtype) for s, d in self.dims.items()}
         merged = self._merged_tail(len(stored))
         kept = [self._stored_items(d) for d in merged]
         appended, files = {}, []
-        part, folder = "", None
+        part, folder, pf_written = "", None, []
         try:
+            pf_files, pf_written = self._write_prefilters(prefilters)
             for store, data in rows.items():
                 committed = self._vectors[store]["rows"] * self._row_bytes(store)
                 f = _append_rows(self._vector_path(store), committed, data)
@@ -987,12 +1204,13 @@ class KnowledgeIndex:
             absorbed = {self._docs[d].part for d in merged}
             self._commit({**{n: e for n, e in self._parts.items() if n not in absorbed}, part: entry},
                          vectors=vectors, next_number=max([self._next_number] + [d.number + 1 for d in stored]),
-                         pending=[f.fileno() for f in files] + [folder])
+                         pending=[f.fileno() for f in files] + [folder], prefilter=(self._pf_settings, pf_files))
             for d in merged:
                 self._docs[d].part = part
         except BaseException:
             if part:
                 (self.path / "parts" / part).unlink(missing_ok=True)
+            _pf.discard(self.path, pf_written)
             for store, committed in appended.items():
                 with contextlib.suppress(OSError):
                     os.truncate(self._vector_path(store), committed)
@@ -1004,7 +1222,7 @@ class KnowledgeIndex:
                 os.close(folder)
         return part
 
-    def _remove_committed(self, doc_id: str) -> None:
+    def _remove_committed(self, doc_id: str, prefilters: dict[str, tuple]) -> None:
         """Removes a document from the directory and memory (writer lock held): new vector files
         without its rows for the stores it had rows in, a new part for the documents that shared
         its part, one commit; memory then maps the new files and re-assembles the graph."""
@@ -1017,8 +1235,9 @@ class KnowledgeIndex:
                 off = self.stores[store].offsets
                 cut[store] = (first, last, int(off[first]), int(off[last]))
         kept = [self._stored_items(d) for d in siblings]
-        new_files, part = {}, ""
+        new_files, part, pf_written = {}, "", []
         try:
+            pf_files, pf_written = self._write_prefilters(prefilters)
             vectors = {s: dict(v) for s, v in self._vectors.items()}
             folder = self.path / "vectors"
             for store, (_, _, lo, hi) in cut.items():
@@ -1049,12 +1268,13 @@ class KnowledgeIndex:
                     parts[name] = e
                 elif part:
                     parts[part] = part_entry
-            self._commit(parts, vectors=vectors)
+            self._commit(parts, vectors=vectors, prefilter=(self._pf_settings, pf_files))
         except BaseException:
             if part:
                 (self.path / "parts" / part).unlink(missing_ok=True)
             for name in new_files.values():
                 (self.path / "vectors" / name).unlink(missing_ok=True)
+            _pf.discard(self.path, pf_written)
             raise
         # committed: now memory
         for store, (first, last, lo, hi) in cut.items():
@@ -1067,6 +1287,7 @@ class KnowledgeIndex:
         for d in siblings:
             self._docs[d].part = part
         self._assembly = None
+        self._swap_prefilters(prefilters)
         self._changes += 1
 
 

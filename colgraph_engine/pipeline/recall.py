@@ -11,10 +11,15 @@ adds nothing) or by ``Σ_side w_side · minmax_side(score)`` over the documents 
 Ties rank the lower document number first. A document with no unit on any used side cannot be
 recalled. Every store is scored with one call for the whole batch.
 
-``recall_ranker="prefilter"``: each recall store gets a :class:`~colgraph_engine.index.PrefilterIndex`
-over its live items (ids = store slots), built on first use and kept for the lifetime of the
-view (a change of the index makes a new view, hence new prefilters; persisting them in the
-index directory is later work). Per store, an :class:`~colgraph_engine.index.AutoSearcher`
+``recall_ranker="prefilter"``: a recall store whose index carries a prefilter
+(:meth:`~colgraph_engine.kg.KnowledgeIndex.enable_prefilter`; ids = the store's uids, persisted
+in the index directory and maintained by its commits) uses that one, whatever
+``prefilter_nbits`` says (the reason names the carried nbits); any other recall store gets a
+:class:`~colgraph_engine.index.PrefilterIndex` over its live items (ids = store slots,
+``prefilter_nbits``) built on first use and kept for the lifetime of the view (a change of the
+index makes a new view, hence new prefilters). The carried one is taken once per view, and only
+while the index has not changed since the view was made (else the view builds its own, so the
+prefilter always describes the view's documents). Per store, an :class:`~colgraph_engine.index.AutoSearcher`
 decides between exact MaxSim over all units and the prefilter (``prefilter_mode``); with the
 prefilter each query keeps its top ``max(prefilter_units, kd)`` units, and a document none of
 whose units is among them scores ``-inf`` on that side (not seen). ``Recall.paths`` says, per
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..kg.index import UID_SHIFT
 from .config import PipelineConfig
 from .scoring import score_all, select_queries
 from .view import IndexView
@@ -70,6 +76,21 @@ def _prefilter_for(view: IndexView, name: str, nbits: int):
     return per_view[key]
 
 
+def _carried_prefilter(view: IndexView, name: str):
+    """The prefilter the index carries for store `name` as of this view (ids are uids), or
+    None: none carried (deferred or not configured), or the index changed since the view."""
+    from ..index import PrefilterIndex
+    per_view = _PREFILTERS.setdefault(view, {})
+    key = (name, "carried")
+    if key not in per_view:
+        version = view.index.version
+        pf = view.index.prefilter(name)
+        same = version == view.version == view.index.version
+        # a frozen copy: later commits replace the index's object, and nobody changes this one
+        per_view[key] = PrefilterIndex(pf.snapshot(), pf.build_options) if pf is not None and same else None
+    return per_view[key]
+
+
 def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: PipelineConfig, best: torch.Tensor,
                     col: torch.Tensor, paths: list[str]) -> bool:
     """Scores store `name` through the prefilter when the auto choice (or the config) says so:
@@ -78,17 +99,30 @@ def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: Pipeli
     n_live = int(store.alive.sum())
     if n_live == 0:
         return False
-    idx = _prefilter_for(view, name, cfg.prefilter_nbits)
-    k = min(n_live, max(cfg.prefilter_units, cfg.kd))
+    idx = _carried_prefilter(view, name)
+    carried = idx is not None
+    if not carried:
+        idx = _prefilter_for(view, name, cfg.prefilter_nbits)
+    k = min(n_live, len(idx), max(cfg.prefilter_units, cfg.kd))
+    if k == 0:
+        return False
     path, reason = AutoSearcher(view.index.stores[name], idx).choose(k, cfg.prefilter_mode)
+    if carried:
+        reason += f"; carried by the index, nbits {idx.nbits}"
     paths.append(f"{name}: {path} ({reason})")
     if path != "prefilter":
         return False
     res = idx.search(sub_v.float(), sub_o, k)
-    slots = res.ids.cpu()
-    found = slots >= 0
+    ids = res.ids.cpu()
+    found = ids >= 0
+    if carried:  # uids -> the view's document columns; a document the view lacks is not seen
+        number = (ids.clamp(min=0) >> UID_SHIFT).numpy()
+        at = np.minimum(np.searchsorted(view.numbers, number), max(view.n_documents - 1, 0))
+        found &= torch.from_numpy(view.numbers[at] == number) if view.n_documents else torch.zeros_like(found)
+        docs = torch.from_numpy(at.astype(np.int64))
+    else:
+        docs = col[ids.clamp(min=0)]
     s = torch.where(found, res.scores.cpu(), float("-inf"))
-    docs = col[slots.clamp(min=0)]
     best.scatter_reduce_(1, docs, s, reduce="amax", include_self=True)
     return True
 

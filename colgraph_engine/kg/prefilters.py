@@ -1,0 +1,277 @@
+"""Centroid prefilters carried by a :class:`~colgraph_engine.kg.KnowledgeIndex`: settings, the
+next prefilter of a store after a change, their folders inside the index directory, and the
+checks that a loaded prefilter agrees with its store.
+
+A carried prefilter is a :class:`~colgraph_engine.index.PrefilterIndex` over one store's live
+items, keyed by the store's stable uids (``doc_number << 32 | local_id``), never by slots, so
+results map back to items exactly and a removed document's uids can be deleted from it. Rules
+(all ours; the PLAID and ColBERT papers do not describe an index that grows and shrinks):
+
+* **deferred build**: a store whose live token count is below ``min_tokens`` (default
+  :data:`DEFAULT_MIN_TOKENS` = 4096) carries none (k-means over a few hundred tokens gives
+  centroids no better than the tokens themselves, and exact MaxSim over such a store is cheap);
+  the first change that brings it to ``min_tokens`` or more builds it from the store's vectors.
+  Once built it is kept while the store has tokens (a store emptied by removals drops it).
+* **additions** are encoded against the existing centroids (:meth:`PrefilterIndex.add`); the
+  drift (mean squared residual of the tokens added since the build over that at build) is
+  recorded, and when it passes ``rebuild_drift`` (default :data:`DEFAULT_REBUILD_DRIFT` = 1.5, the
+  same as :data:`colgraph_engine.index.prefilter.DEFAULT_REBUILD_DRIFT`) the prefilter is rebuilt
+  from the store's original vectors (not from decoded ones) during that commit;
+* **removals** tombstone the document's uids (positions are never renumbered); when tombstones
+  outnumber live items the prefilter is rebuilt from the store (so dead slots stay bounded).
+
+A build is deterministic (seeded k-means), so a carried prefilter equals one built from scratch
+by :meth:`PrefilterIndex.build` over the same items in the same order.
+
+On disk each carried prefilter is one checksummed folder ``prefilter/<store>.<hex tag>/`` (the
+layout of :mod:`colgraph_engine.index.persist`), written under a name no manifest lists yet and
+named in the index manifest with the sha256 of its ``manifest.json``; so the index manifest's
+atomic replace commits a store's rows and its prefilter together.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import _arraydir, _atomic
+
+DEFAULT_STORES = ("segment", "table")  # the text stores of document recall
+DEFAULT_MIN_TOKENS = 4096
+DEFAULT_REBUILD_DRIFT = 1.5
+NBITS = (1, 2, 4)
+FOLDER = "prefilter"
+_FOLDER_NAME = re.compile(r"([a-z_]{1,32})\.[0-9a-f]{8,32}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+log = logging.getLogger("colgraph_engine")
+FormatError = _arraydir.FormatError
+
+
+@dataclass(frozen=True)
+class PrefilterSettings:
+    """Which stores carry a prefilter and how it is built and maintained (see the module
+    docstring for the rules)."""
+    stores: tuple[str, ...]
+    nbits: int = 2
+    min_tokens: int = DEFAULT_MIN_TOKENS
+    rebuild_drift: float = DEFAULT_REBUILD_DRIFT
+
+    @classmethod
+    def checked(cls, stores, nbits, min_tokens, rebuild_drift, dims: dict[str, int]) -> PrefilterSettings:
+        """Validated settings for an index whose stores have dimensions `dims` (ValueError or
+        TypeError naming the argument)."""
+        if isinstance(stores, str) or not isinstance(stores, (list, tuple)):
+            raise TypeError(f"stores: expected a list or tuple of store names, got {type(stores).__name__}")
+        if not stores or len(set(stores)) != len(stores) or any(s not in dims for s in stores):
+            raise ValueError(f"stores: expected distinct names from this index's stores {list(dims)}, got {stores!r}")
+        if isinstance(nbits, bool) or not isinstance(nbits, int) or nbits not in NBITS:
+            raise ValueError(f"nbits: expected one of {NBITS}, got {nbits!r}")
+        for s in stores:
+            if dims[s] % (8 // nbits):
+                raise ValueError(f"nbits: {nbits} bits cannot pack store {s!r} of dimension {dims[s]} "
+                                 f"(needs a multiple of {8 // nbits})")
+        if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 1:
+            raise ValueError(f"min_tokens: expected a positive int, got {min_tokens!r}")
+        if isinstance(rebuild_drift, bool) or not isinstance(rebuild_drift, numbers.Real) \
+                or not math.isfinite(rebuild_drift) or rebuild_drift <= 0:
+            raise ValueError(f"rebuild_drift: expected a positive finite number, got {rebuild_drift!r}")
+        return cls(tuple(stores), nbits, min_tokens, float(rebuild_drift))
+
+    def to_manifest(self) -> dict:
+        return {"nbits": self.nbits, "min_tokens": self.min_tokens, "rebuild_drift": self.rebuild_drift}
+
+
+def section(settings: PrefilterSettings, files: dict[str, dict]) -> dict:
+    """The index manifest's ``prefilter`` field: the settings and per store its folder entry
+    (``{"folder": None}`` while deferred)."""
+    return {**settings.to_manifest(), "stores": {s: files.get(s, {"folder": None}) for s in settings.stores}}
+
+
+def parse_section(m: dict, dims: dict[str, int], mf: Path) -> tuple[PrefilterSettings, dict[str, dict]] | None:
+    """``(settings, per-store folder entries)`` from an index manifest `m` (None when it carries
+    no prefilter); untrusted input: anything malformed raises FormatError naming `mf`."""
+    p = m.get("prefilter")
+    if p is None:
+        return None
+    stores = p.get("stores") if isinstance(p, dict) else None
+    try:
+        if not isinstance(stores, dict):
+            raise ValueError("no store table")
+        settings = PrefilterSettings.checked(list(stores), p.get("nbits"), p.get("min_tokens"),
+                                             p.get("rebuild_drift"), dims)
+    except (TypeError, ValueError) as exc:
+        raise FormatError(f"{mf}: field 'prefilter' invalid ({exc})") from None
+    files = {}
+    for s, e in stores.items():
+        if not isinstance(e, dict) or "folder" not in e:
+            raise FormatError(f"{mf}: prefilter entry of store {s!r} invalid")
+        if e["folder"] is None:
+            continue
+        g = _FOLDER_NAME.fullmatch(e["folder"]) if isinstance(e["folder"], str) else None
+        ok = g is not None and g.group(1) == s and isinstance(e.get("sha256"), str) and _HEX64.fullmatch(e["sha256"])
+        ok = ok and all(isinstance(e.get(k), int) and not isinstance(e.get(k), bool) and 0 <= e[k] <= _arraydir.MAX_COUNT
+                        for k in ("items", "deleted"))
+        ok = ok and isinstance(e.get("drift"), (int, float)) and not isinstance(e.get("drift"), bool)
+        if not ok:
+            raise FormatError(f"{mf}: prefilter entry of store {s!r} invalid (a folder '<store>.<hex>', its "
+                              f"manifest's sha256, items, deleted, drift)")
+        files[s] = dict(e)
+    return settings, files
+
+
+# -- the next prefilter of a store ---------------------------------------------------------------
+
+def _gather(values: torch.Tensor, offsets: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed ``(values, offsets)`` of items `keep` (ascending positions) of packed `values`/`offsets`."""
+    lo, hi = offsets[keep], offsets[keep + 1]
+    lengths = hi - lo
+    out_off = torch.zeros(keep.numel() + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=out_off[1:])
+    rows = torch.repeat_interleave(lo - out_off[:-1], lengths) + torch.arange(int(out_off[-1]))
+    return values[rows], out_off
+
+
+def contents_after(store, added: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+                   removed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(values [T, d], offsets [N+1], uids [N])``: the live items of PackedStore `store` without
+    the uids `removed`, then `added` ``(values, offsets, uids)``: the store after the change."""
+    snap = store.snapshot()
+    keep = torch.nonzero(snap.alive).squeeze(1)
+    if removed is not None and removed.numel():
+        keep = keep[~torch.isin(snap.ids[keep], removed)]
+    if keep.numel() == snap.n_slots:
+        values, offsets, ids = snap.values, snap.offsets, snap.ids
+    else:
+        (values, offsets), ids = _gather(snap.values, snap.offsets, keep), snap.ids[keep]
+    if added is not None and added[2].numel():
+        values = torch.cat([values, added[0].to(values.dtype)])
+        offsets = torch.cat([offsets, added[1][1:] + offsets[-1]])
+        ids = torch.cat([ids, added[2]])
+    return values, offsets, ids
+
+
+def build(settings: PrefilterSettings, values, offsets, uids):
+    """A prefilter over packed items keyed by `uids` (deterministic: seeded k-means)."""
+    from ..index import PrefilterIndex
+    return PrefilterIndex.build(values, offsets, uids, nbits=settings.nbits)
+
+
+def next_prefilter(settings: PrefilterSettings, current, store, added=None, removed=None):
+    """``(prefilter or None, what happened)`` for `store` (a PackedStore, before the change)
+    after adding ``added = (values [t, d], offsets [k+1], uids [k])`` and removing the uids
+    `removed` ``[r]``. `current` is never modified (the caller swaps in the result once the
+    change is committed). See the module docstring for the rules."""
+    from ..index import PrefilterIndex
+    n_added = int(added[2].numel()) if added is not None else 0
+    n_removed = int(removed.numel()) if removed is not None else 0
+    if current is not None and not n_added and not n_removed:
+        return current, "unchanged"
+    snap = store.snapshot()
+    tokens = int((snap.offsets.diff() * snap.alive).sum())
+    if n_added:
+        tokens += int(added[1][-1])
+    if n_removed:
+        pos = store.positions(removed)
+        tokens -= int((snap.offsets[pos + 1] - snap.offsets[pos]).sum())
+    if current is None:
+        if tokens < settings.min_tokens:
+            return None, f"deferred ({tokens} tokens < min_tokens {settings.min_tokens})"
+        return build(settings, *contents_after(store, added, removed)), f"built ({tokens} tokens)"
+    if tokens == 0:
+        return None, "dropped (the store is empty)"
+    nxt = PrefilterIndex(current.snapshot(), current.build_options)
+    if n_removed:
+        nxt.delete(removed)
+    if n_added:
+        nxt.add(added[0], added[1], ids=added[2], rebuild_drift=None)
+    s = nxt.snapshot()
+    drift = nxt.drift()
+    if drift > settings.rebuild_drift:
+        why = f"rebuilt (drift {drift:.3f} > {settings.rebuild_drift})"
+    elif s.n_slots - s.n_live > s.n_live:
+        why = f"rebuilt ({s.n_slots - s.n_live} deleted > {s.n_live} live items)"
+    else:
+        return nxt, f"updated (drift {drift:.3f})"
+    return build(settings, *contents_after(store, added, removed)), why
+
+
+# -- folders -------------------------------------------------------------------------------------
+
+def write(index_path: Path, store: str, prefilter) -> dict:
+    """Saves `prefilter` into a new folder ``prefilter/<store>.<tag>`` of the index directory
+    (atomic, fsync'ed, and the parent folder too); returns its manifest entry."""
+    parent = index_path / FOLDER
+    if not parent.is_dir():
+        parent.mkdir()
+        _atomic.fsync_dir(index_path)
+    name = f"{store}.{uuid.uuid4().hex[:16]}"
+    prefilter.save(parent / name)
+    s = prefilter.snapshot()
+    return {"folder": name, "sha256": _atomic.sha256_file(parent / name / "manifest.json"), "items": s.n_live,
+            "deleted": s.n_slots - s.n_live, "drift": round(float(prefilter.drift()), 6)}
+
+
+def discard(index_path: Path, entries) -> None:
+    """Removes folders written for a change that did not commit."""
+    import shutil
+    for e in entries:
+        shutil.rmtree(index_path / FOLDER / e["folder"], ignore_errors=True)
+
+
+def remove_unlisted(index_path: Path, files: dict[str, dict]) -> None:
+    import shutil
+    parent = index_path / FOLDER
+    if not parent.is_dir():
+        return
+    listed = {e["folder"] for e in files.values()}
+    for entry in parent.iterdir():
+        if entry.name not in listed:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def load(index_path: Path, store_name: str, entry: dict, store, settings: PrefilterSettings, *, verify: bool):
+    """The prefilter a manifest entry names, checked against its folder's checksum and against
+    `store` (the same live uids with the same token counts, the settings' nbits, the store's
+    dimension); FormatError naming the folder otherwise."""
+    from ..index import PrefilterIndex
+    folder = index_path / FOLDER / entry["folder"]
+    if not (folder / "manifest.json").is_file():
+        raise FormatError(f"{folder}: prefilter of store {store_name!r} is missing (the manifest lists it)")
+    if _atomic.sha256_file(folder / "manifest.json") != entry["sha256"]:
+        raise FormatError(f"{folder}: prefilter manifest checksum mismatch (changed after it was committed)")
+    pf = PrefilterIndex.load(folder, verify=verify)
+    check_agrees(pf, store, store_name, settings, folder)
+    return pf
+
+
+def check_agrees(pf, store, store_name: str, settings: PrefilterSettings, where) -> None:
+    """FormatError unless prefilter `pf` indexes exactly the live items of `store` (uids and
+    token counts) with the settings' nbits and the store's dimension."""
+    s = pf.snapshot()
+    snap = store.snapshot()
+    why = None
+    if s.nbits != settings.nbits or s.dim != store.dim:
+        why = f"nbits {s.nbits} / dimension {s.dim}, expected {settings.nbits} / {store.dim}"
+    else:
+        live = torch.nonzero(s.alive).squeeze(1)
+        p_ids, p_len = s.ids[live].cpu(), (s.offsets[live + 1] - s.offsets[live]).cpu()
+        keep = torch.nonzero(snap.alive).squeeze(1)
+        s_ids, s_len = snap.ids[keep].cpu(), (snap.offsets[keep + 1] - snap.offsets[keep]).cpu()
+        po, so = torch.argsort(p_ids), torch.argsort(s_ids)
+        if p_ids.numel() != s_ids.numel() or not torch.equal(p_ids[po], s_ids[so]):
+            diff = np.setxor1d(p_ids.numpy(), s_ids.numpy())
+            why = (f"it holds {p_ids.numel()} live items, the store {s_ids.numel()} "
+                   f"(uids differ, e.g. {int(diff[0]) if diff.size else '?'})")
+        elif not torch.equal(p_len[po], s_len[so]):
+            why = "an item's token count differs from the store's"
+    if why is not None:
+        raise FormatError(f"{where}: the prefilter of store {store_name!r} disagrees with the store: {why}; open "
+                          f"the index with repair_prefilter=True to rebuild it from the store's vectors")
