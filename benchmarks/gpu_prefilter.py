@@ -1,18 +1,31 @@
-"""Prefilter on a lent GPU: recall@10 against exact and QPS beside exact brute force (our store,
-Triton) and fast-plaid (when importable), on the two corpora of ../shared/bench/peers_gpu.py.
+"""Prefilter on a lent GPU, in one run: correctness against references, then recall@10 against
+exact and QPS beside exact brute force and fast-plaid, on the corpora of ../shared/bench/peers_gpu.py.
 
-Corpora (d = 128, bf16, clustered as there: 8,192 topics; 16 and 6 topics per document):
-``10k x 1024`` (10,000 documents x 1,024 tokens) and ``100k x 128`` (100,000 x 128); 256 queries
-of 32 tokens. Rows: exact brute force (``PackedStore.search``), our prefilter at PLAID's k = 10
-defaults (exact stage: fused Triton decode-and-score kernel; and on the store's vectors), one
-query at a time for latency, and fast-plaid 1.7 (``n_ivf_probe`` 8, ``n_full_scores`` 4096) when
-``fast_plaid`` imports. Build time and bytes per token are recorded.
+Corpora (d = 128, bf16, built by the same generator and seeds as peers_gpu.py's fast-plaid
+section: 8,192 topics, 16 and 6 topics per document; 256 queries of 32 tokens):
+``100k x 128`` (100,000 documents x 128 tokens) and ``10k x 1024`` (10,000 x 1,024).
 
-    python benchmarks/gpu_prefilter.py                # on the GPU machine; writes $OUT or results/
-    python benchmarks/gpu_prefilter.py --quick        # CPU check: tiny corpora, same code path
+Sections (each one's failure is recorded and the run goes on):
 
-Writes ``gpu_prefilter.{json,md}`` (``gpu_prefilter_quick.*`` with --quick) under ``$OUT`` when
-set, else benchmarks/results/.
+* ``check``: fresh random inputs, poisoned outputs: the fused decode-and-score kernel against the
+  float64 reference decode (every nbits, unit and raw); ``PackedStore.search`` against a float64
+  brute force; relative errors and id agreement.
+* ``copy``: host-to-device copy rate from pinned memory (the rate an exact scan over a corpus that
+  no longer fits on the device is bounded by).
+* per corpus: ground truth = exact MaxSim top-10 (late-interaction-kernels ``retrieve`` when it
+  imports, as peers_gpu.py; else our store); rows: exact brute force (ours, and
+  late-interaction-kernels), our prefilter at PLAID's k = 10 defaults for nbits 2 and 4 (exact
+  stage on the codes, fused Triton kernel; and on the store's bf16 vectors), fast-plaid 1.7 nbits 4
+  (``n_ivf_probe`` 8, ``n_full_scores`` 4096: peers_gpu.py's first setting). 256 queries in one
+  call for QPS (median of 3 after a warm-up); one query at a time for latency (median over 16
+  different queries, each synchronised). Build seconds, bytes per token, stage seconds.
+
+    python benchmarks/gpu_prefilter.py                 # on the GPU machine
+    python benchmarks/gpu_prefilter.py --quick         # CPU check: tiny corpora, same code path
+
+Writes ``gpu_prefilter.{json,md}`` (``gpu_prefilter_quick.*`` with --quick) under $OUT when set,
+else benchmarks/results/, after every row. Environment: GPU_BUDGET_S (default 480) skips what is
+left once spent, and says so.
 """
 from __future__ import annotations
 
@@ -21,9 +34,11 @@ import datetime
 import json
 import os
 import pathlib
+import statistics
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -31,23 +46,29 @@ import torch.nn.functional as F
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from colgraph_engine.index import PrefilterIndex  # noqa: E402
+from colgraph_engine.index import PrefilterIndex, reference  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 
-FULL = [("10k x 1024", 10_000, 1024, 16), ("100k x 128", 100_000, 128, 6)]
-QUICK = [("200 x 64", 200, 64, 16), ("1000 x 16", 1000, 16, 6)]
+# (name, documents, tokens each, topics per document, corpus seed, query seed): peers_gpu.py's values
+FULL = [("100k x 128", 100_000, 128, 6, 11, 12), ("10k x 1024", 10_000, 1024, 16, 11, 12)]
+QUICK = [("1000 x 16", 1000, 16, 6, 11, 12), ("200 x 64", 200, 64, 16, 11, 12)]
+T0 = time.perf_counter()
+TENSOR_FIELDS = ("centroids", "cutoffs", "weights", "codes", "residuals", "offsets", "ids", "alive", "cells_offsets",
+                 "cells", "ivf_offsets", "ivf_docs")
 
 
-def make_corpus(nd, ld, d, tpd, device, n_topics=8192, noise=0.35, seed=0, chunk=2048):
-    """``(topic centroids [n_topics, d], doc topics [nd, tpd], values [nd * ld, d] bf16)``."""
+def make_corpus(nd, ld, d, tpd, device, n_topics=8192, noise=0.35, seed=0, chunk=4096):
+    """``(topics [n_topics, d], doc topics [nd, tpd], values [nd * ld, d] bf16)``: peers_gpu.py's
+    generator (same draws in the same order, so the same corpus for the same seed and device)."""
     g = torch.Generator(device=device).manual_seed(seed)
     cents = F.normalize(torch.randn(n_topics, d, device=device, generator=g), dim=-1)
     topics = torch.randint(0, n_topics, (nd, tpd), device=device, generator=g)
     out = torch.empty(nd * ld, d, device=device, dtype=torch.bfloat16)
     for a in range(0, nd, chunk):
         b = min(nd, a + chunk)
-        pick = torch.gather(topics[a:b], 1, torch.randint(0, tpd, (b - a, ld), device=device, generator=g))
-        x = cents[pick] + noise / d ** 0.5 * torch.randn(b - a, ld, d, device=device, generator=g)
+        pick = torch.randint(0, tpd, (b - a, ld), device=device, generator=g)
+        x = cents[torch.gather(topics[a:b], 1, pick)] + noise / d ** 0.5 * torch.randn(b - a, ld, d, device=device,
+                                                                                      generator=g)
         out[a * ld:b * ld] = F.normalize(x, dim=-1).reshape(-1, d).to(torch.bfloat16)
     return cents, topics, out
 
@@ -56,9 +77,10 @@ def make_queries(cents, topics, nq, lq, noise=0.5, seed=1):
     g = torch.Generator(device=cents.device).manual_seed(seed)
     nd, tpd = topics.shape
     target = torch.randint(0, nd, (nq,), device=cents.device, generator=g)
-    pick = torch.gather(topics[target], 1, torch.randint(0, tpd, (nq, lq), device=cents.device, generator=g))
-    q = F.normalize(cents[pick] + noise / cents.shape[1] ** 0.5 * torch.randn(nq, lq, cents.shape[1],
-                                                                              device=cents.device, generator=g), dim=-1)
+    pick = torch.randint(0, tpd, (nq, lq), device=cents.device, generator=g)
+    tt = torch.gather(topics[target], 1, pick)
+    q = F.normalize(cents[tt] + noise / cents.shape[1] ** 0.5 * torch.randn(nq, lq, cents.shape[1],
+                                                                           device=cents.device, generator=g), dim=-1)
     return target, q.to(torch.bfloat16)
 
 
@@ -67,16 +89,30 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def clock(fn, device, repeats=3):
-    fn()
+def timed(fn, device, repeats=3):
+    """``(median seconds of `repeats` synchronised calls after one warm-up, last output)``."""
+    out = fn()
     sync(device)
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         t = time.perf_counter()
         out = fn()
         sync(device)
-        best = min(best, time.perf_counter() - t)
-    return best, out
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def one_query_ms(fn, n, device):
+    """Median milliseconds of ``fn(i)`` for i in 0..n-1, each synchronised (after a warm-up)."""
+    fn(0)
+    sync(device)
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        fn(i)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
 
 
 def recall10(ids, exact):
@@ -84,88 +120,286 @@ def recall10(ids, exact):
     return sum(len(set(a) & set(b)) for a, b in zip(ids, exact)) / (10 * len(exact))
 
 
+def rel_err(out, ref):
+    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+class Run:
+    def __init__(self, device, out_dir, stem, budget_s):
+        self.device, self.out_dir, self.stem, self.budget_s = device, out_dir, stem, budget_s
+        self.rows, self.checks, self.notes = [], [], []
+
+    def left(self):
+        return self.budget_s - (time.perf_counter() - T0)
+
+    def save(self):
+        env = {"device": torch.cuda.get_device_name(0) if self.device.type == "cuda" else "cpu",
+               "torch": torch.__version__, "elapsed_s": round(time.perf_counter() - T0, 1)}
+        try:
+            import triton
+            env["triton"] = triton.__version__
+        except ImportError:
+            pass
+        (self.out_dir / f"{self.stem}.json").write_text(
+            json.dumps({"env": env, "checks": self.checks, "rows": self.rows, "notes": self.notes}, indent=1) + "\n")
+
+    def row(self, **kw):
+        kw["t_s"] = round(time.perf_counter() - T0, 1)
+        self.rows.append(kw)
+        print(json.dumps(kw), flush=True)
+        self.save()
+
+    def check(self, **kw):
+        self.checks.append(kw)
+        print("CHECK", json.dumps(kw), flush=True)
+        self.save()
+
+    def guard(self, what, fn, *a, **kw):
+        """Runs one section; a failure is recorded with its traceback's tail and the run goes on."""
+        if self.left() <= 0:
+            self.notes.append(f"{what}: skipped, time budget spent")
+            print("SKIP", what, flush=True)
+            self.save()
+            return None
+        try:
+            return fn(*a, **kw)
+        except Exception as exc:  # noqa: BLE001 - a benchmark section must not end the run
+            tb = traceback.format_exc()
+            self.notes.append(f"{what}: FAILED {type(exc).__name__}: {exc}\n{tb[-1500:]}")
+            print("FAILED", what, tb, flush=True)
+            self.save()
+            return None
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+
+def section_check(run: Run):
+    """Fused decode-and-score kernel vs the float64 reference decode; the store vs float64 MaxSim."""
+    dev = run.device
+    from colgraph_engine.kernels import prefilter as kp
+    g = torch.Generator().manual_seed(int(time.time()) % 100000)  # fresh inputs each run
+    for nbits in (1, 2, 4):
+        for unit in (True, False):
+            lengths = torch.randint(0, 300, (40,), generator=g).tolist()
+            docs = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in lengths]
+            idx = PrefilterIndex.build(docs, nbits=nbits, n_centroids=64, device=dev, normalize_decoded=unit)
+            s = idx.snapshot()
+            queries = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in (1, 32, 33, 70)]
+            qv = torch.cat(queries).to(dev)
+            qo = torch.tensor([0] + [q.shape[0] for q in queries]).cumsum(0).to(dev)
+            pq = torch.arange(4).repeat_interleave(40).to(dev)
+            pd = torch.arange(40).repeat(4).to(dev)
+            out = kp.score_pairs(qv, qo, s.centroids, s.weights.to(dev), s.codes, s.residuals, s.offsets, pq, pd,
+                                 nbits, unit=s.unit).cpu()
+            ref_state = s.with_(**{f: getattr(s, f).cpu() for f in TENSOR_FIELDS})
+            want = torch.tensor([reference.exact_score(ref_state, queries[q].double(), p)
+                                 for q, p in zip(pq.tolist(), pd.tolist())], dtype=torch.float64)
+            fin = torch.isfinite(want)
+            ok_inf = bool(torch.equal(torch.isfinite(out), fin))
+            err = rel_err(out[fin], want[fin])
+            run.check(what="prefilter kernel vs float64 reference", nbits=nbits, unit=unit, pairs=int(pq.numel()),
+                      rel_err=err, empty_docs_match=ok_inf, passed=ok_inf and err < 5e-3)
+    # the store's exact top-10 against a float64 brute force
+    nd, ld = 3000, 64
+    vals = F.normalize(torch.randn(nd * ld, 128, generator=g), dim=-1).to(torch.bfloat16)
+    q = F.normalize(torch.randn(8 * 32, 128, generator=g), dim=-1).to(torch.bfloat16)
+    store = PackedStore(128, torch.bfloat16, dev)
+    store.add((vals.to(dev), torch.arange(nd + 1, dtype=torch.int64) * ld))
+    qo = torch.arange(9, dtype=torch.int64) * 32
+    sc, ids = store.search(q, qo, k=10)
+    ref = torch.stack([(q[i * 32:(i + 1) * 32].double() @ vals.double().T).view(32, nd, ld).amax(2).sum(0)
+                       for i in range(8)])
+    rs, ri = torch.topk(ref, 10, dim=1)
+    got = torch.gather(ref, 1, ids.cpu())
+    run.check(what="store.search top-10 vs float64 brute force", docs=nd, queries=8,
+              rel_err_scores=rel_err(sc.cpu(), rs), id_overlap=recall10(ids, ri),
+              max_true_score_gap=float((rs - got).abs().max()), passed=float((rs - got).abs().max()) < 0.05)
+
+
+def section_copy(run: Run):
+    dev = run.device
+    if dev.type != "cuda":
+        return
+    host = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()  # 1 GiB
+    host.fill_(7)
+    gpu = torch.empty_like(host, device=dev)
+    sec, _ = timed(lambda: gpu.copy_(host, non_blocking=True), dev, repeats=5)
+    run.row(corpus="-", impl="host-to-device copy, pinned, 1 GiB", gb_per_s=(1 << 30) / sec / 1e9)
+
+
+def section_corpus(run: Run, name, nd, ld, tpd, cseed, qseed, nq, nbits_list, quick):
+    dev = run.device
+    cents, topics, values = make_corpus(nd, ld, 128, tpd, dev, n_topics=512 if quick else 8192, seed=cseed)
+    target, q = make_queries(cents, topics, nq, 32, seed=qseed)
+    del cents, topics
+    qv = q.reshape(-1, 128)
+    qo = torch.arange(nq + 1, dtype=torch.int64) * 32
+    n_one = min(16, nq)
+    exact = None
+    lik = None
+    try:
+        import late_interaction_kernels as lik
+    except ImportError as exc:
+        run.notes.append(f"late-interaction-kernels not importable: {exc}")
+    if lik is not None and dev.type == "cuda":
+        D = values.view(nd, ld, 128)
+
+        def lik_search(qq):
+            return lik.retrieve(qq, D, top_k=10, chunk=8192, normalize=False)
+
+        sec, (_, exact) = timed(lambda: lik_search(q), dev)
+        one = one_query_ms(lambda i: lik_search(q[i:i + 1]), n_one, dev)
+        run.row(corpus=name, impl="exact brute force (late-interaction-kernels 0.4.5 retrieve)", qps=nq / sec,
+                ms_one_query=one, recall10=1.0, hit1=float((exact[:, 0] == target).float().mean()))
+    store = PackedStore(128, torch.bfloat16, dev)
+    store.add((values, torch.arange(nd + 1, dtype=torch.int64) * ld))
+    t = time.perf_counter()
+    store.warmup(query_lengths=(32,), n_queries=(1, nq), candidates_per_query=64)
+    warm_s = time.perf_counter() - t
+    sec, (_, ours_exact) = timed(lambda: store.search(qv, qo, k=10, assume_finite=True), dev)
+    one = one_query_ms(lambda i: store.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, assume_finite=True), n_one, dev)
+    if exact is None:
+        exact = ours_exact
+    run.row(corpus=name, impl="exact brute force (ours: PackedStore.search, Triton)", qps=nq / sec, ms_one_query=one,
+            recall10=recall10(ours_exact, exact), hit1=float((ours_exact[:, 0].cpu() == target.cpu()).float().mean()),
+            warmup_s=warm_s)
+    for nbits in nbits_list:
+        run.guard(f"{name} prefilter nbits {nbits}", prefilter_rows, run, name, values, nd, ld, qv, qo, nq, n_one,
+                  nbits, store, exact, target)
+    run.guard(f"{name} fast-plaid", fast_plaid_rows, run, name, values, nd, ld, q, n_one, exact, target)
+    del store, values
+
+
+def prefilter_rows(run, name, values, nd, ld, qv, qo, nq, n_one, nbits, store, exact, target):
+    dev = run.device
+    offsets = torch.arange(nd + 1, device=dev, dtype=torch.int64) * ld
+    t = time.perf_counter()
+    idx = PrefilterIndex.build(values, offsets, nbits=nbits, device=dev)
+    sync(dev)
+    build_s = time.perf_counter() - t
+    bpt = idx.bytes_per_token()
+    for where, extra in (("codes", {}), ("store", {"store": store})):
+        sec, res = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)
+        stage = dict(res.stats["seconds"])
+        one = one_query_ms(lambda i: idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, **extra), n_one, dev)
+        r1 = idx.search(qv[:32], qo[:2], k=10, **extra)
+        run.row(corpus=name, impl=f"prefilter nbits {nbits}, exact stage on the {where} ({res.stats['backend']})",
+                qps=nq / sec, ms_one_query=one, recall10=recall10(res.ids, exact),
+                hit1=float((res.ids[:, 0].cpu() == target.cpu()).float().mean()), build_s=build_s,
+                bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
+                centroids=idx.snapshot().n_centroids, stage_s=stage,
+                one_query_stage_ms={k: v * 1e3 for k, v in r1.stats["seconds"].items()},
+                mean_candidates=statistics.mean(res.stats["candidates"]),
+                mean_shortlist=statistics.mean(res.stats["shortlist"]),
+                mean_scored_exactly=statistics.mean(res.stats["scored_exactly"]))
+
+
+def fast_plaid_rows(run, name, values, nd, ld, q, n_one, exact, target):
+    dev = run.device
+    try:
+        from fast_plaid import search as fps
+    except ImportError as exc:
+        run.row(corpus=name, impl="fast-plaid", skipped=f"not importable: {exc}")
+        return
+    tmp = tempfile.mkdtemp()
+    t = time.perf_counter()
+    fp = fps.FastPlaid(index=tmp, device=str(dev))
+    fp.create(documents_embeddings=[values[i * ld:(i + 1) * ld].float() for i in range(nd)], nbits=4)
+    sync(dev)
+    build_s = time.perf_counter() - t
+    qf = q.float()
+
+    def go(qq):
+        return fp.search(queries_embeddings=qq, top_k=10, n_ivf_probe=8, n_full_scores=4096, show_progress=False)
+
+    sec, res = timed(lambda: go(qf), dev, repeats=1)
+    one = one_query_ms(lambda i: go(qf[i:i + 1]), n_one, dev)
+    got = torch.tensor([[p for p, _ in r][:10] + [-1] * (10 - len(r)) for r in res])
+    run.row(corpus=name, impl="fast-plaid 1.7 nbits 4 (n_ivf_probe 8, n_full_scores 4096)", qps=q.shape[0] / sec,
+            ms_one_query=one, recall10=recall10(got, exact), build_s=build_s,
+            hit1=float((got[:, 0] == target.cpu()).float().mean()))
+
+
+def write_md(run: Run, quick: bool):
+    dev = run.device
+    head = torch.cuda.get_device_name(0) if dev.type == "cuda" else "the CPU (--quick check of the code path)"
+    lines = [f"# Prefilter on {head} ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             f"torch {torch.__version__}; `python benchmarks/gpu_prefilter.py{' --quick' if quick else ''}`. "
+             "256 queries of 32 tokens (16 with --quick), d = 128, bf16 vectors, k = 10 at PLAID's defaults "
+             "(ncells 1, threshold 0.5, ndocs 256). QPS: one call with all queries (median of 3); 1-query ms: "
+             "median of 16 different queries, each synchronised. `x exact`: QPS over our exact brute force's; "
+             "`x fast-plaid`: over fast-plaid's, same corpus, same run.", "", "## Correctness checks", "",
+             "| check | detail | result |", "|---|---|---|"]
+    for c in run.checks:
+        detail = ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items()
+                           if k not in ("what", "passed"))
+        lines.append(f"| {c['what']} | {detail} | {'pass' if c['passed'] else 'FAIL'} |")
+    lines += ["", "## Recall and throughput", "",
+              "| corpus | impl | recall@10 | hit@1 | QPS | x exact | x fast-plaid | 1-query ms | bytes/token | build s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    exact_qps = {r["corpus"]: r["qps"] for r in run.rows if r["impl"].startswith("exact brute force (ours")}
+    fp_qps = {r["corpus"]: r["qps"] for r in run.rows if r["impl"].startswith("fast-plaid") and "qps" in r}
+    for r in run.rows:
+        if "gb_per_s" in r:
+            continue
+        if "skipped" in r:
+            lines.append(f"| {r['corpus']} | {r['impl']} | {r['skipped']} ||||||||")
+            continue
+        ex = exact_qps.get(r["corpus"])
+        fp = fp_qps.get(r["corpus"])
+        lines.append(f"| {r['corpus']} | {r['impl']} | {r['recall10']:.3f} | {r.get('hit1', float('nan')):.3f} | "
+                     f"{r['qps']:.1f} | " + (f"{r['qps'] / ex:.2f} | " if ex else "- | "))
+        lines[-1] += (f"{r['qps'] / fp:.2f} | " if fp else "- | ") + (
+            f"{r['ms_one_query']:.2f} | {r.get('bytes_per_token', '')} | "
+            f"{r['build_s']:.1f} |" if "build_s" in r else f"{r['ms_one_query']:.2f} | | |")
+    for r in run.rows:
+        if "gb_per_s" in r:
+            lines += ["", f"Host-to-device copy from pinned memory: {r['gb_per_s']:.1f} GB/s."]
+    stages = [r for r in run.rows if "stage_s" in r]
+    if stages:
+        lines += ["", "## Stage seconds (all queries, one call) and one query (ms)", "",
+                  "| corpus | impl | centroids | candidates | pruned | full | exact | 1 query: c/cand/pruned/full/exact ms "
+                  "| candidates / shortlist / scored per query |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in stages:
+            s, o = r["stage_s"], r["one_query_stage_ms"]
+            lines.append(f"| {r['corpus']} | {r['impl']} | " + " | ".join(f"{s[k]:.4f}" for k in
+                         ("centroids", "candidates", "pruned", "full", "exact")) + " | "
+                         + "/".join(f"{o[k]:.2f}" for k in ("centroids", "candidates", "pruned", "full", "exact"))
+                         + f" | {r['mean_candidates']:.0f} / {r['mean_shortlist']:.0f} / {r['mean_scored_exactly']:.0f} |")
+    if run.notes:
+        lines += ["", "## Notes", ""] + [f"* {n.splitlines()[0]}" for n in run.notes]
+    (run.out_dir / f"{run.stem}.md").write_text("\n".join(lines) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--nbits", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--queries", type=int, default=256)
+    ap.add_argument("--only", choices=[c[0] for c in FULL + QUICK], default=None)
+    ap.add_argument("--sections", default="check,copy,corpora")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
     out_dir = pathlib.Path(os.environ.get("OUT") or HERE / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "gpu_prefilter_quick" if args.quick else "gpu_prefilter"
-    rows = []
-
-    def rec(**kw):
-        rows.append(kw)
-        print(json.dumps(kw), flush=True)
-        (out_dir / f"{stem}.json").write_text(json.dumps({"device": str(device), "rows": rows}, indent=1) + "\n")
-
-    nq = 16 if args.quick else args.queries
-    for name, nd, ld, tpd in (QUICK if args.quick else FULL):
-        cents, topics, values = make_corpus(nd, ld, 128, tpd, device, n_topics=512 if args.quick else 8192)
-        offsets = torch.arange(nd + 1, device=device, dtype=torch.int64) * ld
-        target, q = make_queries(cents, topics, nq, 32)
-        qv, qo = q.reshape(-1, 128), torch.arange(nq + 1, dtype=torch.int64) * 32
-        store = PackedStore(128, torch.bfloat16, device)
-        store.add((values, offsets))
-        store.warmup(query_lengths=(32,), n_queries=(1, nq), candidates_per_query=64)
-        sec, (_, exact) = clock(lambda: store.search(qv, qo, k=10, assume_finite=True), device)
-        one, _ = clock(lambda: store.search(qv[:32], qo[:2], k=10, assume_finite=True), device)
-        rec(corpus=name, impl="exact brute force (store)", qps=nq / sec, ms_one_query=one * 1e3, recall10=1.0,
-            hit1=float((exact[:, 0].cpu() == target.cpu()).float().mean()))
-        for nbits in args.nbits:
-            t = time.perf_counter()
-            idx = PrefilterIndex.build(values, offsets, nbits=nbits, device=device)
-            sync(device)
-            build_s = time.perf_counter() - t
-            bpt = idx.bytes_per_token()
-            for where, extra in (("codes", {}), ("store", {"store": store})):
-                sec, res = clock(lambda: idx.search(qv, qo, k=10, **extra), device)
-                one, _ = clock(lambda: idx.search(qv[:32], qo[:2], k=10, **extra), device)
-                rec(corpus=name, impl=f"prefilter nbits {nbits}, exact stage on {where} ({res.stats['backend']})",
-                    qps=nq / sec, ms_one_query=one * 1e3, recall10=recall10(res.ids, exact),
-                    hit1=float((res.ids[:, 0].cpu() == target.cpu()).float().mean()), build_s=build_s,
-                    bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
-                    centroids=idx.snapshot().n_centroids, stage_s=res.stats["seconds"])
-            del idx
-        try:
-            from fast_plaid import search as fps
-        except ImportError as exc:
-            rec(corpus=name, impl="fast-plaid", skipped=f"not importable: {exc}")
-        else:
-            tmp = tempfile.mkdtemp()
-            t = time.perf_counter()
-            fp = fps.FastPlaid(index=tmp, device=str(device))
-            fp.create(documents_embeddings=[values[i * ld:(i + 1) * ld].float() for i in range(nd)], nbits=4)
-            build_s = time.perf_counter() - t
-            qf = q.float()
-            sec, res = clock(lambda: fp.search(queries_embeddings=qf, top_k=10, n_ivf_probe=8, n_full_scores=4096,
-                                               show_progress=False), device, repeats=1)
-            one, _ = clock(lambda: fp.search(queries_embeddings=qf[:1], top_k=10, n_ivf_probe=8, n_full_scores=4096,
-                                             show_progress=False), device, repeats=1)
-            got = torch.tensor([[p for p, _ in r][:10] + [-1] * (10 - len(r)) for r in res])
-            rec(corpus=name, impl="fast-plaid nbits 4 (n_ivf_probe 8, n_full_scores 4096)", qps=nq / sec,
-                ms_one_query=one * 1e3, recall10=recall10(got, exact), build_s=build_s,
-                hit1=float((got[:, 0] == target.cpu()).float().mean()))
-        del store, values
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    lines = [f"# Prefilter on {torch.cuda.get_device_name(0) if device.type == 'cuda' else 'the CPU (--quick check)'} "
-             f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             f"{nq} queries of 32 tokens, d = 128, bf16 store. `x exact`: QPS over exact brute force's.", "",
-             "| corpus | impl | recall@10 | hit@1 | QPS | x exact | 1-query ms | bytes/token | build s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    exact_qps = {r["corpus"]: r["qps"] for r in rows if r["impl"].startswith("exact")}
-    for r in rows:
-        if "skipped" in r:
-            lines.append(f"| {r['corpus']} | {r['impl']} | {r['skipped']} |||||||")
-            continue
-        lines.append(f"| {r['corpus']} | {r['impl']} | {r['recall10']:.3f} | {r['hit1']:.3f} | {r['qps']:.1f} | "
-                     f"{r['qps'] / exact_qps[r['corpus']]:.2f} | {r['ms_one_query']:.2f} | "
-                     f"{r.get('bytes_per_token', '')} | {r.get('build_s', 0):.1f} |")
-    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    run = Run(device, out_dir, "gpu_prefilter_quick" if args.quick else "gpu_prefilter",
+              float(os.environ.get("GPU_BUDGET_S", "480")))
+    todo = args.sections.split(",")
+    if "check" in todo:
+        run.guard("check", section_check, run)
+    if "copy" in todo:
+        run.guard("copy", section_copy, run)
+    if "corpora" in todo:
+        nq = 16 if args.quick else args.queries
+        for spec in (QUICK if args.quick else FULL):
+            if args.only and spec[0] != args.only:
+                continue
+            run.guard(spec[0], section_corpus, run, *spec, nq, args.nbits, args.quick)
+    run.save()
+    write_md(run, args.quick)
+    print((out_dir / f"{run.stem}.md").read_text())
     return 0
 
 

@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/run_gpu.sh [--smoke]                 # MaxSim kernels vs peers: up to ~8 min
 #   bash benchmarks/run_gpu.sh --pipeline [ARGS...]      # the retrieval pipeline at 10k documents: ~4-7 min
+#   bash benchmarks/run_gpu.sh --prefilter [ARGS...]     # prefilter vs exact and fast-plaid: ~5-8 min
 #
 # Results in $GPU_OUT, else $OUT, else benchmarks/results. Each is one device call of its own:
 # together they would pass the device's 10-minute limit per command. Give --pipeline a
@@ -49,6 +50,11 @@ export GPU_OUT=${GPU_OUT:-${OUT:-$REPO/benchmarks/results}}
 
 # 3. The script. --pipeline: the graph stays on the CPU, on the numpy reference backend (the
 # native module is not built here), and the CPU side of the comparison uses torch's MaxSim.
+if [ "${1:-}" = "--prefilter" ]; then
+    shift
+    export PYTHONUNBUFFERED=1
+    exec "$PY" benchmarks/gpu_prefilter.py "$@"
+fi
 if [ "${1:-}" = "--pipeline" ]; then
     shift
     export PYTHONUNBUFFERED=1

@@ -2,7 +2,8 @@
 
 Steps (PLAID's, see :mod:`.kmeans` and :mod:`.codec` for the rules and where they come from):
 
-1. k-means centroids over at most ``max_points`` sampled tokens (default count
+1. k-means centroids over at most ``max_points`` sampled tokens (default: 256 per centroid,
+   capped; see :mod:`.kmeans`) (default count
    ``2^floor(log2(16 * sqrt(T)))``), on the device of the input (CPU fallback: the CPU);
 2. every token assigned to its nearest centroid (blocked), residual ``x - c``;
 3. bucket cutoffs and weights from the residuals of the training tokens;
@@ -48,7 +49,7 @@ def check_corpus(values, offsets, name: str = "values") -> tuple[torch.Tensor, t
 
 
 def build_state(values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, *, nbits: int = 2,
-                n_centroids: int | None = None, max_points: int = kmeans.DEFAULT_MAX_POINTS,
+                n_centroids: int | None = None, max_points: int | None = None,
                 iterations: int = kmeans.DEFAULT_ITERATIONS, seed: int = 0, device: torch.device | None = None,
                 progress=None, normalize_decoded: bool | None = None) -> IndexState:
     """An :class:`IndexState` over validated packed documents (see the module docstring).
@@ -68,7 +69,11 @@ def build_state(values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, 
         raise ValueError(f"n_centroids: expected a positive int or None, got {n_centroids!r}")
     dev = torch.device(device) if device is not None else values.device
     g = torch.Generator().manual_seed(seed)
-    sample = kmeans.sample_points(values, max_points, g).to(dev)
+    if max_points is None:
+        max_points = kmeans.default_max_points(n_centroids, dev)
+    elif isinstance(max_points, bool) or not isinstance(max_points, numbers.Integral) or max_points < 1:
+        raise ValueError(f"max_points: expected a positive int or None, got {max_points!r}")
+    sample = kmeans.sample_points(values, int(max_points), g).to(dev)
     if normalize_decoded is None:
         normalize_decoded = bool(((sample.norm(dim=1) - 1).abs() <= 1e-3).all())
     elif not isinstance(normalize_decoded, bool):

@@ -5,7 +5,11 @@ Count: PLAID's rule, ``2^floor(log2(16 * sqrt(T)))`` for T token vectors (ColBER
 
 Training points: at most ``max_points`` tokens, sampled uniformly without replacement (ColBERT
 samples whole passages, about ``16 * sqrt(120 * N)`` of them; sampling tokens directly is our
-choice: it bounds the work by a token count whatever the document lengths). Iterations: 4 by
+choice: it bounds the work by a token count whatever the document lengths). Default
+(:func:`default_max_points`): 256 points per centroid, fastkmeans' ``max_points_per_centroid``
+as fast-plaid calls it, capped at 2^18 tokens on the CPU (ours: k-means there costs about
+``points x centroids x d x 8`` flops, minutes beyond that on a few cores) and 2^24 on a GPU
+(ours: a 8 GiB float32 sample at d = 128). Iterations: 4 by
 default, ColBERT's ``kmeans_niters``. Initialisation: distinct random training points; an empty
 cluster is re-seeded with the point farthest from its centroid (ours). Assignment is by largest
 inner product on unit vectors (== nearest in L2 for unit data); centroids are the normalised
@@ -21,8 +25,11 @@ import torch
 import torch.nn.functional as F
 
 DEFAULT_ITERATIONS = 4          # ColBERT's kmeans_niters
-DEFAULT_MAX_POINTS = 1 << 18    # ours: 262,144 training tokens at most (sampled)
-BLOCK_ELEMS = 1 << 24           # ours: 64 MiB of fp32 scores per assignment block
+POINTS_PER_CENTROID = 256       # fastkmeans' max_points_per_centroid (fast-plaid's create)
+MAX_POINTS_CPU = 1 << 18        # ours: caps of the default sample (see the module docstring)
+MAX_POINTS_GPU = 1 << 24
+BLOCK_ELEMS = 1 << 24           # ours: 64 MiB of fp32 scores per assignment block (CPU)
+BLOCK_ELEMS_GPU = 1 << 28       # ours: 1 GiB on a GPU, where a block is one large matrix product
 
 
 def default_centroid_count(n_tokens: int) -> int:
@@ -32,9 +39,20 @@ def default_centroid_count(n_tokens: int) -> int:
     return int(2 ** math.floor(math.log2(16 * math.sqrt(n_tokens))))
 
 
-def assign(points: torch.Tensor, centroids: torch.Tensor, block_elems: int = BLOCK_ELEMS):
+def default_max_points(n_centroids: int, device: torch.device | str) -> int:
+    """Training tokens sampled by default: ``256 * n_centroids``, at most 2^18 on the CPU and
+    2^24 elsewhere (see the module docstring)."""
+    cap = MAX_POINTS_CPU if torch.device(device).type == "cpu" else MAX_POINTS_GPU
+    return min(POINTS_PER_CENTROID * int(n_centroids), cap)
+
+
+def assign(points: torch.Tensor, centroids: torch.Tensor, block_elems: int | None = None):
     """``(best [P] int64, score [P] float32)``: each point's centroid by largest inner product
-    (ties: lower index), computed in blocks of rows. `points` ``[P, d]``, `centroids` ``[C, d]``."""
+    (ties: lower index), computed in blocks of rows of at most `block_elems` scores (default
+    :data:`BLOCK_ELEMS` on the CPU, :data:`BLOCK_ELEMS_GPU` elsewhere). `points` ``[P, d]``,
+    `centroids` ``[C, d]``."""
+    if block_elems is None:
+        block_elems = BLOCK_ELEMS if points.device.type == "cpu" else BLOCK_ELEMS_GPU
     p = points.shape[0]
     best = torch.empty(p, dtype=torch.int64, device=points.device)
     score = torch.empty(p, dtype=torch.float32, device=points.device)

@@ -65,7 +65,7 @@ class PrefilterIndex:
     # -- construction -------------------------------------------------------------------
     @classmethod
     def build(cls, documents, offsets: torch.Tensor | None = None, ids=None, *, nbits: int = 2,
-              n_centroids: int | None = None, max_points: int = _build.kmeans.DEFAULT_MAX_POINTS,
+              n_centroids: int | None = None, max_points: int | None = None,
               iterations: int = _build.kmeans.DEFAULT_ITERATIONS, seed: int = 0,
               device: str | torch.device | None = None, progress: bool = False,
               normalize_decoded: bool | None = None) -> PrefilterIndex:
