@@ -5,7 +5,7 @@
                                                      already in it are not read again)
     colgraph index add INDEX PATH... [options]       add folders or files to an index
     colgraph index remove INDEX DOC_ID...            remove documents (exactly: nothing remains)
-    colgraph index info INDEX [--json]               counts and one row per document
+    colgraph index info INDEX [--json]               counts, carried prefilters, one row per document
     colgraph index verify INDEX                      every checksum, count and structure; exit 1 if damaged
 
 Options of build and add: ``--encoders offline|models``; readers: ``--ocr`` (RapidOCR for pages
@@ -209,11 +209,12 @@ def _info(args) -> int:
     if args.json:
         print(json.dumps({"index": str(args.index), "generation": m["generation"], "totals": m.get("totals"),
                           "encoders": m["encoders"], "dims": m["dims"], "dtype": m["dtype"],
-                          "documents": docs}, indent=1))
+                          "prefilter": m.get("prefilter"), "documents": docs}, indent=1))
         return 0
     keys = ("segments", "entities", "relations", "images", "regions", "tables")
     print(f"{args.index}: generation {m['generation']}, {len(docs)} documents, vectors {m['dtype']}, "
           f"encoders " + ", ".join(f"{r}={e['name']}" for r, e in m["encoders"].items() if e))
+    print(_prefilter_line(m.get("prefilter")))
     width = min(max([len(d["doc_id"]) for d in docs] + [8]), 48)
     print("document".ljust(width) + "".join(k.rjust(11) for k in keys))
     for d in docs:
@@ -222,6 +223,20 @@ def _info(args) -> int:
     t = m.get("totals") or {}
     print("total".ljust(width) + "".join(str(t.get(k, "")).rjust(11) for k in keys))
     return 0
+
+
+def _prefilter_line(p) -> str:
+    """One line on the carried prefilters of a manifest's ``prefilter`` field (checked on load)."""
+    if not p:
+        return "prefilter: none carried (KnowledgeIndex.enable_prefilter adds one)"
+    stores = []
+    for s, e in p["stores"].items():
+        if e.get("folder") is None:
+            stores.append(f"{s} deferred (below {p['min_tokens']} tokens)")
+        else:
+            stores.append(f"{s} built ({e['items']} items, {e['deleted']} deleted, drift {e['drift']:.3f})")
+    return ("prefilter: " + ", ".join(stores)
+            + f"; nbits {p['nbits']}, min_tokens {p['min_tokens']}, rebuild_drift {p['rebuild_drift']}")
 
 
 def _verify(args) -> int:

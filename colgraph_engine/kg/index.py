@@ -384,7 +384,7 @@ class KnowledgeIndex:
     # -- carried prefilters -----------------------------------------------------------------
     def enable_prefilter(self, stores: Sequence[str] = _pf.DEFAULT_STORES, *, nbits: int = 2,
                          min_tokens: int = _pf.DEFAULT_MIN_TOKENS,
-                         rebuild_drift: float = _pf.DEFAULT_REBUILD_DRIFT) -> dict[str, str]:
+                         rebuild_drift: float | None = _pf.DEFAULT_REBUILD_DRIFT) -> dict[str, str]:
         """Makes the named stores carry a centroid prefilter (a
         :class:`~colgraph_engine.index.PrefilterIndex` keyed by the stores' uids), maintained by
         every later add and removal and, in a directory, committed with them (one manifest
@@ -400,7 +400,7 @@ class KnowledgeIndex:
             nbits: residual bits per dimension: 1, 2 or 4.
             min_tokens: a store with fewer live tokens carries no prefilter yet.
             rebuild_drift: rebuild a store's prefilter from its vectors during the commit whose
-                additions bring its drift above this.
+                additions bring its drift above this (None: never).
 
         Returns ``{store: what happened}`` (``"built (...)"`` or ``"deferred (...)"``). Raises
         ValueError naming the argument for unknown stores, nbits outside {1, 2, 4} (or one

@@ -15,8 +15,11 @@ results map back to items exactly and a removed document's uids can be deleted f
 * **additions** are encoded against the existing centroids (:meth:`PrefilterIndex.add`); the
   drift (mean squared residual of the tokens added since the build over that at build) is
   recorded, and when it passes ``rebuild_drift`` (default :data:`DEFAULT_REBUILD_DRIFT` = 1.5, the
-  same as :data:`colgraph_engine.index.prefilter.DEFAULT_REBUILD_DRIFT`) the prefilter is rebuilt
-  from the store's original vectors (not from decoded ones) during that commit;
+  same as :data:`colgraph_engine.index.prefilter.DEFAULT_REBUILD_DRIFT`; None: never) the
+  prefilter is rebuilt from the store's original vectors (not from decoded ones) during that
+  commit. On a store of a few hundred tokens PLAID's centroid count (``~16 sqrt(T)``) leaves
+  about one token per centroid, the build's mean squared residual is near zero and any addition
+  reads as a large drift: one more reason for ``min_tokens``;
 * **removals** tombstone the document's uids (positions are never renumbered); when tombstones
   outnumber live items the prefilter is rebuilt from the store (so dead slots stay bounded).
 
@@ -62,7 +65,7 @@ class PrefilterSettings:
     stores: tuple[str, ...]
     nbits: int = 2
     min_tokens: int = DEFAULT_MIN_TOKENS
-    rebuild_drift: float = DEFAULT_REBUILD_DRIFT
+    rebuild_drift: float | None = DEFAULT_REBUILD_DRIFT  # None: never rebuild for drift
 
     @classmethod
     def checked(cls, stores, nbits, min_tokens, rebuild_drift, dims: dict[str, int]) -> PrefilterSettings:
@@ -80,10 +83,10 @@ class PrefilterSettings:
                                  f"(needs a multiple of {8 // nbits})")
         if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 1:
             raise ValueError(f"min_tokens: expected a positive int, got {min_tokens!r}")
-        if isinstance(rebuild_drift, bool) or not isinstance(rebuild_drift, numbers.Real) \
-                or not math.isfinite(rebuild_drift) or rebuild_drift <= 0:
-            raise ValueError(f"rebuild_drift: expected a positive finite number, got {rebuild_drift!r}")
-        return cls(tuple(stores), nbits, min_tokens, float(rebuild_drift))
+        if rebuild_drift is not None and (isinstance(rebuild_drift, bool) or not isinstance(rebuild_drift, numbers.Real)
+                                          or not math.isfinite(rebuild_drift) or rebuild_drift <= 0):
+            raise ValueError(f"rebuild_drift: expected a positive finite number or None, got {rebuild_drift!r}")
+        return cls(tuple(stores), nbits, min_tokens, None if rebuild_drift is None else float(rebuild_drift))
 
     def to_manifest(self) -> dict:
         return {"nbits": self.nbits, "min_tokens": self.min_tokens, "rebuild_drift": self.rebuild_drift}
@@ -194,7 +197,7 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
         nxt.add(added[0], added[1], ids=added[2], rebuild_drift=None)
     s = nxt.snapshot()
     drift = nxt.drift()
-    if drift > settings.rebuild_drift:
+    if settings.rebuild_drift is not None and drift > settings.rebuild_drift:
         why = f"rebuilt (drift {drift:.3f} > {settings.rebuild_drift})"
     elif s.n_slots - s.n_live > s.n_live:
         why = f"rebuilt ({s.n_slots - s.n_live} deleted > {s.n_live} live items)"
