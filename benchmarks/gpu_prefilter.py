@@ -44,7 +44,10 @@ import torch
 import torch.nn.functional as F
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+try:  # run_gpu.sh puts the installed layout (with colgraph_engine.kernels) on the path first
+    import colgraph_engine.kernels  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(HERE.parent))
 
 from colgraph_engine.index import PrefilterIndex, reference  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
@@ -205,7 +208,7 @@ def section_check(run: Run):
     vals = F.normalize(torch.randn(nd * ld, 128, generator=g), dim=-1).to(torch.bfloat16)
     q = F.normalize(torch.randn(8 * 32, 128, generator=g), dim=-1).to(torch.bfloat16)
     store = PackedStore(128, torch.bfloat16, dev)
-    store.add((vals.to(dev), torch.arange(nd + 1, dtype=torch.int64) * ld))
+    store.add((vals.to(dev), torch.arange(nd + 1, dtype=torch.int64, device=dev) * ld))
     qo = torch.arange(9, dtype=torch.int64) * 32
     sc, ids = store.search(q, qo, k=10)
     ref = torch.stack([(q[i * 32:(i + 1) * 32].double() @ vals.double().T).view(32, nd, ld).amax(2).sum(0)
@@ -253,7 +256,7 @@ def section_corpus(run: Run, name, nd, ld, tpd, cseed, qseed, nq, nbits_list, qu
         run.row(corpus=name, impl="exact brute force (late-interaction-kernels 0.4.5 retrieve)", qps=nq / sec,
                 ms_one_query=one, recall10=1.0, hit1=float((exact[:, 0] == target).float().mean()))
     store = PackedStore(128, torch.bfloat16, dev)
-    store.add((values, torch.arange(nd + 1, dtype=torch.int64) * ld))
+    store.add((values, torch.arange(nd + 1, dtype=torch.int64, device=dev) * ld))
     t = time.perf_counter()
     store.warmup(query_lengths=(32,), n_queries=(1, nq), candidates_per_query=64)
     warm_s = time.perf_counter() - t

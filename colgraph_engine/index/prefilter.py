@@ -158,6 +158,8 @@ class PrefilterIndex:
     # -- search --------------------------------------------------------------------------
     def _queries(self, queries, q_offsets):
         qv, qo = _as_packed(queries, q_offsets, "queries")
+        if isinstance(qv, torch.Tensor) and isinstance(qo, torch.Tensor) and qo.device != qv.device:
+            qo = qo.to(qv.device)  # offsets may come from the host, as for PackedStore.search
         qv, qo = _build.check_corpus(qv, qo, "queries") if qv.shape[0] else (qv, qo)
         if qv.dim() != 2 or qv.shape[1] != self.dim:
             raise ValueError(f"queries: expected dimension d={self.dim} (the index's), got "
