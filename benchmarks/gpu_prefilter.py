@@ -282,17 +282,33 @@ def prefilter_rows(run, name, values, nd, ld, qv, qo, nq, n_one, nbits, store, e
     sync(dev)
     build_s = time.perf_counter() - t
     bpt = idx.bytes_per_token()
-    for where, extra in (("codes", {}), ("store", {"store": store})):
+    variants = [("codes", {}), ("store", {"store": store})]
+    if nbits == 2:  # PLAID's k <= 100 settings: do more candidates lift recall from 2-bit codes?
+        variants.append(("codes", {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}))
+    for where, extra in variants:
+        extra = dict(extra, assume_finite=True)
         sec, res = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)
         stage = dict(res.stats["seconds"])
+        from colgraph_engine.index import search as _s
+        block, _s.QUERY_BLOCK_GPU = _s.QUERY_BLOCK_GPU, 32  # the block size before this change, same run
+        try:
+            sec32, _ = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)
+        finally:
+            _s.QUERY_BLOCK_GPU = block
         one = one_query_ms(lambda i: idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, **extra), n_one, dev)
+        one_sparse = one_query_ms(lambda i: idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=False, **extra),
+                                  n_one, dev)
         r1 = idx.search(qv[:32], qo[:2], k=10, **extra)
-        run.row(corpus=name, impl=f"prefilter nbits {nbits}, exact stage on the {where} ({res.stats['backend']})",
+        knobs = "" if "ndocs" not in extra else ", ncells 2, threshold 0.45, ndocs 1024"
+        run.row(corpus=name, impl=f"prefilter nbits {nbits}{knobs}, exact stage on the {where} ({res.stats['backend']})",
+                ms_one_query_sparse=one_sparse, one_query_dense=bool(r1.stats.get("dense")), qps_block32=nq / sec32,
                 qps=nq / sec, ms_one_query=one, recall10=recall10(res.ids, exact),
                 hit1=float((res.ids[:, 0].cpu() == target.cpu()).float().mean()), build_s=build_s,
                 bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
                 centroids=idx.snapshot().n_centroids, stage_s=stage,
                 one_query_stage_ms={k: v * 1e3 for k, v in r1.stats["seconds"].items()},
+                one_query_stage_ms_sparse={k: v * 1e3 for k, v in idx.search(
+                    qv[:32], qo[:2], k=10, dense=False, **extra).stats["seconds"].items()},
                 mean_candidates=statistics.mean(res.stats["candidates"]),
                 mean_shortlist=statistics.mean(res.stats["shortlist"]),
                 mean_scored_exactly=statistics.mean(res.stats["scored_exactly"]))
@@ -362,13 +378,16 @@ def write_md(run: Run, quick: bool):
     stages = [r for r in run.rows if "stage_s" in r]
     if stages:
         lines += ["", "## Stage seconds (all queries, one call) and one query (ms)", "",
-                  "| corpus | impl | centroids | candidates | pruned | full | exact | 1 query: c/cand/pruned/full/exact ms "
-                  "| candidates / shortlist / scored per query |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| corpus | impl | centroids | candidates | pruned | full | exact | 1 query sparse: c/cand/pruned/full/exact ms "
+                  "| 1 query dense: c/dense/exact ms | 1-query ms dense / sparse (median of 16) "
+                  "| candidates / shortlist / scored per query |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in stages:
-            s, o = r["stage_s"], r["one_query_stage_ms"]
+            s, o, od = r["stage_s"], r.get("one_query_stage_ms_sparse", {}), r["one_query_stage_ms"]
             lines.append(f"| {r['corpus']} | {r['impl']} | " + " | ".join(f"{s[k]:.4f}" for k in
                          ("centroids", "candidates", "pruned", "full", "exact")) + " | "
-                         + "/".join(f"{o[k]:.2f}" for k in ("centroids", "candidates", "pruned", "full", "exact"))
+                         + "/".join(f"{o.get(k, 0):.2f}" for k in ("centroids", "candidates", "pruned", "full", "exact"))
+                         + " | " + "/".join(f"{od.get(k, 0):.2f}" for k in ("centroids", "dense", "exact"))
+                         + f" | {r['ms_one_query']:.2f} / {r.get('ms_one_query_sparse', float('nan')):.2f}"
                          + f" | {r['mean_candidates']:.0f} / {r['mean_shortlist']:.0f} / {r['mean_scored_exactly']:.0f} |")
     if run.notes:
         lines += ["", "## Notes", ""] + [f"* {n.splitlines()[0]}" for n in run.notes]

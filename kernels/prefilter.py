@@ -107,3 +107,50 @@ def score_pairs(qv: torch.Tensor, qo: torch.Tensor, centroids: torch.Tensor, wei
                         D=d, W=residuals.shape[1], NBITS=nbits, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
                         HALF=not INTERPRET, UNIT=unit, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
+
+
+@triton.jit
+def _interaction_kernel(st_ptr, kept_ptr, probed_ptr, cells_ptr, cells_off_ptr, pruned_ptr, full_ptr, hit_ptr,
+                        L, BLOCK_L: tl.constexpr):
+    """One program per document: walks its distinct centroids (``cells``), keeping the running
+    max of their score rows ``st [C, L]`` (all, and the kept ones), then sums over the L rows."""
+    pid = tl.program_id(0)
+    lo = tl.load(cells_off_ptr + pid)
+    hi = tl.load(cells_off_ptr + pid + 1)
+    cols = tl.arange(0, BLOCK_L)
+    cmask = cols < L
+    best = tl.full([BLOCK_L], float("-inf"), dtype=tl.float32)
+    best_kept = tl.full([BLOCK_L], float("-inf"), dtype=tl.float32)
+    hit = tl.zeros([BLOCK_L], dtype=tl.int32)
+    for j in range(lo, hi):
+        c = tl.load(cells_ptr + j).to(tl.int64)
+        row = tl.load(st_ptr + c * L + cols, mask=cmask, other=0.0)
+        best = tl.maximum(best, row)
+        kept = tl.load(kept_ptr + c + cols * 0)                    # broadcast of one flag
+        best_kept = tl.where(kept != 0, tl.maximum(best_kept, row), best_kept)
+        hit = tl.maximum(hit, tl.load(probed_ptr + c + cols * 0).to(tl.int32))
+    tl.store(full_ptr + pid, tl.sum(tl.where(cmask, best, 0.0), axis=0))
+    tl.store(pruned_ptr + pid, tl.sum(tl.where(cmask, best_kept, 0.0), axis=0))
+    tl.store(hit_ptr + pid, tl.max(hit, axis=0))
+
+
+def centroid_interaction(st: torch.Tensor, kept: torch.Tensor, probed: torch.Tensor, cells: torch.Tensor,
+                         cells_offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per document p (``cells_offsets [N+1]`` into ``cells [P]``) and one query:
+    ``(pruned [N], full [N], hit [N] int32)`` with ``full[p] = Σ_i max_{c in cells(p)} st[c, i]``,
+    ``pruned[p]`` the same over the kept centroids (``kept [C]`` uint8; ``-inf`` when none is
+    kept) and ``hit[p] = max_{c in cells(p)} probed[c]`` (``probed [C]`` uint8). `st`:
+    ``[C, L]`` float32 contiguous, the query's token scores transposed. A document without
+    cells gets ``full = pruned = -inf`` and ``hit = 0``. Summation order is the kernel's (the
+    torch path in :mod:`colgraph_engine.index.dense` may differ in the last bits)."""
+    n = cells_offsets.numel() - 1
+    dev = st.device
+    pruned = torch.empty(n, dtype=torch.float32, device=dev)
+    full = torch.empty(n, dtype=torch.float32, device=dev)
+    hit = torch.empty(n, dtype=torch.int32, device=dev)
+    if n == 0:
+        return pruned, full, hit
+    L = st.shape[1]
+    _interaction_kernel[(n,)](st, kept, probed, cells, cells_offsets, pruned, full, hit, L,
+                              BLOCK_L=max(16, triton.next_power_of_2(L)), num_warps=1)
+    return pruned, full, hit

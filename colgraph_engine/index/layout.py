@@ -53,6 +53,7 @@ class IndexState:
     added_tokens: int = 0
     next_id: int = 0
     _sorted: tuple | None = field(default=None, compare=False, repr=False)
+    _cell_owner: torch.Tensor | None = field(default=None, compare=False, repr=False)  # see dense.cell_owner
 
     @property
     def dim(self) -> int:
@@ -99,6 +100,8 @@ class IndexState:
     def with_(self, **changes) -> IndexState:
         if "ids" in changes:
             changes.setdefault("_sorted", None)
+        if "cells_offsets" in changes or "cells" in changes:
+            changes.setdefault("_cell_owner", None)
         return replace(self, **changes)
 
     def nbytes(self) -> dict[str, int]:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from .. import backend as _backend
-from ..packed import check_no_grad, pack
+from ..packed import check_finite, check_no_grad, check_offsets, check_values, pack
 from . import build as _build
 from . import codec, persist
 from . import search as _search
@@ -156,23 +156,30 @@ class PrefilterIndex:
         return (s.added_sq_sum / s.added_tokens) / s.build_mse
 
     # -- search --------------------------------------------------------------------------
-    def _queries(self, queries, q_offsets):
+    def _queries(self, queries, q_offsets, assume_finite: bool = False):
+        """``(qv [Tq, d] float32 on the index's device, qo [Nq+1] there, qo as a list)``. The offsets
+        are checked on the host (read back once when given on a device); the values' finiteness
+        is checked unless `assume_finite`."""
         qv, qo = _as_packed(queries, q_offsets, "queries")
-        if isinstance(qv, torch.Tensor) and isinstance(qo, torch.Tensor) and qo.device != qv.device:
-            qo = qo.to(qv.device)  # offsets may come from the host, as for PackedStore.search
-        qv, qo = _build.check_corpus(qv, qo, "queries") if qv.shape[0] else (qv, qo)
-        if qv.dim() != 2 or qv.shape[1] != self.dim:
-            raise ValueError(f"queries: expected dimension d={self.dim} (the index's), got "
-                             f"{qv.shape[1] if qv.dim() == 2 else tuple(qv.shape)}")
+        qv = check_values(qv, "queries")
+        if not isinstance(qo, torch.Tensor):
+            raise TypeError(f"q_offsets: expected a torch.int64 tensor, got {type(qo).__name__}")
+        qo_cpu = qo.cpu()
+        check_offsets(qo_cpu, qv.shape[0], qo_cpu.device, "q_offsets")
+        if qv.shape[1] != self.dim:
+            raise ValueError(f"queries: expected dimension d={self.dim} (the index's), got {qv.shape[1]}")
+        if qv.shape[0] and not assume_finite:
+            check_finite(qv, "queries")
         qv = qv.to(self.device).float()
         if self.build_options.get("normalize"):
             qv = torch.nn.functional.normalize(qv, dim=-1)
-        return qv, qo.to(self.device)
+        return qv, qo_cpu.to(self.device), qo_cpu.tolist()
 
     def search(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *, ncells: int | None = None,
                centroid_score_threshold: float | None = None, ndocs: int | None = None,
                allowed: Sequence | None = None, exact_allowed: bool | None = None,
-               backend: str | None = None, store=None) -> _search.SearchResult:
+               backend: str | None = None, store=None, dense: bool | None = None,
+               assume_finite: bool = False) -> _search.SearchResult:
         """Top-k documents per query by the staged PLAID search (see :mod:`.search`).
 
         Args:
@@ -185,9 +192,17 @@ class PrefilterIndex:
             store: optional :class:`~colgraph_engine.store.PackedStore` holding the original
                 vectors under the same ids: the exact stage then scores the shortlist on them
                 (``store.score_candidates``) instead of the decoded vectors.
+            dense: stages 2-4 computed densely over every document (:mod:`.dense`) or from the
+                inverted lists; the results are the same. None: dense for a few queries on an
+                accelerator (:func:`.dense.use_dense`), never for restricted search.
+            assume_finite: skip the NaN/inf check of the queries (the caller vouches for them).
         """
         state = self._state
-        qv, qo = self._queries(queries, q_offsets)
+        if not isinstance(assume_finite, bool):
+            raise TypeError(f"assume_finite: expected a bool, got {type(assume_finite).__name__}")
+        if dense is not None and not isinstance(dense, bool):
+            raise TypeError(f"dense: expected a bool or None, got {type(dense).__name__}")
+        qv, qo, qo_host = self._queries(queries, q_offsets, assume_finite)
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k: expected a positive int, got {k!r}")
         if k > state.n_live:
@@ -208,7 +223,7 @@ class PrefilterIndex:
                                               assume_finite=True).to(qv.device)
         with torch.no_grad():
             res = _search.run(state, qv, qo, int(k), settings, name, allowed=allowed, exact_allowed=exact_allowed,
-                              rescore_fn=rescore_fn)
+                              rescore_fn=rescore_fn, dense=dense, qo_host=qo_host)
         res.reason = f"prefilter requested; exact stage on {'the store' if store is not None else repr(name)}"
         res.stats["backend"] = "store" if store is not None else name
         return res

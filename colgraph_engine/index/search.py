@@ -26,10 +26,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import dense as _dense
 from . import rescore, stages
 from .layout import IndexState
 
-QUERY_BLOCK = 32  # queries per batched pass (bounds the [pairs, Lmax] scratch of stages 3-4)
+# Queries per batched pass: bounds the [Tq, C] centroid scores and the [pairs, Lmax] scratch of
+# stages 3-4 (ours). A GPU pass costs mostly launches and waits, so it takes more queries at once
+# (128 x 32 tokens x 2^15 centroids: 0.5 GiB of scores).
+QUERY_BLOCK = 32
+QUERY_BLOCK_GPU = 128
 
 
 @dataclass(frozen=True)
@@ -102,12 +107,17 @@ def allowed_keys(state: IndexState, allowed: Sequence, nq: int) -> tuple[torch.T
 
 
 def run(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, k: int, settings: Settings, backend: str, *,
-        allowed: Sequence | None = None, exact_allowed: bool | None = None, rescore_fn=None) -> SearchResult:
+        allowed: Sequence | None = None, exact_allowed: bool | None = None, rescore_fn=None,
+        dense: bool | None = None, qo_host: list[int] | None = None) -> SearchResult:
     """The staged search over validated queries (on the state's device). `rescore_fn`, when
-    given, replaces the exact stage: ``fn(qv_block, qo_block, pair_q, pair_doc) -> [M] scores``."""
+    given, replaces the exact stage: ``fn(qv_block, qo_block, pair_q, pair_doc) -> [M] scores``.
+    `dense`: run stages 2-4 densely (:mod:`.dense`; same results); None: when
+    :func:`.dense.use_dense` says so, never for restricted search. `qo_host`: ``qo`` as a list,
+    when the caller has it (saves a read from the device)."""
     nq = qo.numel() - 1
     n = state.n_slots
     dev = qv.device
+    qo_h = qo.tolist() if qo_host is None else qo_host
     keys, counts = allowed_keys(state, allowed, nq) if allowed is not None else (None, None)
     n_exact = settings.n_exact(k)
     out_s = torch.full((nq, k), float("-inf"), device=dev)
@@ -117,49 +127,29 @@ def run(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, k: int, settings:
     if counts is not None:
         st["allowed"] = counts
     sec = st["seconds"]
-    for a in range(0, nq, QUERY_BLOCK):
-        b = min(nq, a + QUERY_BLOCK)
-        bq = qo[a:b + 1] - qo[a]
-        bv = qv[int(qo[a]):int(qo[b])]
+    block = QUERY_BLOCK if dev.type == "cpu" else QUERY_BLOCK_GPU
+    for a in range(0, nq, block):
+        b = min(nq, a + block)
+        bq = qo[a:b + 1] - qo_h[a]
+        bq_h = [x - qo_h[a] for x in qo_h[a:b + 1]]
+        bv = qv[qo_h[a]:qo_h[b]]
         t0 = time.perf_counter()
         S = stages.centroid_scores(state, bv)
         t1 = time.perf_counter()
         sec["centroids"] += t1 - t0
-        bkeys = None
-        if keys is not None:
-            lo, hi = torch.searchsorted(keys, torch.tensor([a * n, b * n], device=keys.device)).tolist()
-            bkeys = keys[lo:hi] - a * n
-        exact_all = [False] * (b - a)
-        if counts is not None:
-            exact_all = [bool(exact_allowed) if exact_allowed is not None else counts[q] <= n_exact
-                         for q in range(a, b)]
-        pq, pd = stages.candidates(state, S, bq, settings.ncells, bkeys)
-        if any(exact_all):  # these queries skip stages (a)-(c): all their allowed documents
-            mask = torch.tensor(exact_all, device=dev)
-            pq, pd = pq[~mask[pq]], pd[~mask[pq]]
-            whole = bkeys[mask[bkeys // n]]
-            key = torch.sort(torch.cat([pq * n + pd, whole])).values
-            pq, pd = key // n, key % n
-        t2 = time.perf_counter()
-        sec["candidates"] += t2 - t1
-        cand_counts = torch.bincount(pq, minlength=b - a)
-        sel = stages.top_per_query(pq, stages.pruned_scores(state, S, bq, pq, pd, settings.centroid_score_threshold)
-                                   if pq.numel() else pq.float(), b - a, settings.ndocs)
-        if any(exact_all):
-            sel = torch.unique(torch.cat([sel, torch.nonzero(mask[pq]).squeeze(1)]))
-        pq2, pd2 = pq[sel], pd[sel]
-        t3 = time.perf_counter()
-        sec["pruned"] += t3 - t2
-        short_counts = torch.bincount(pq2, minlength=b - a)
-        full = stages.full_scores(state, S, bq, pq2, pd2)
-        if any(exact_all):
-            full = torch.where(mask[pq2], torch.inf, full)  # all of an exact_all query's documents stay
-        sel = stages.top_per_query(pq2, full, b - a, n_exact)
-        if any(exact_all):
-            sel = torch.unique(torch.cat([sel, torch.nonzero(mask[pq2]).squeeze(1)]))
-        pq3, pd3 = pq2[sel], pd2[sel]
-        t4 = time.perf_counter()
-        sec["full"] += t4 - t3
+        lmax = max((y - x for x, y in zip(bq_h, bq_h[1:])), default=0)
+        if keys is None and (dense if dense is not None else _dense.use_dense(state, b - a, lmax, dev)):
+            pq3, pd3, cand_counts, short_counts = _dense.shortlist(
+                state, S, bq, bq_h, settings.ncells, settings.centroid_score_threshold, settings.ndocs, n_exact,
+                kernel=backend == "triton")
+            t4 = time.perf_counter()
+            sec["dense"] = sec.get("dense", 0.0) + t4 - t1
+            st["dense"] = True
+            exact_all = [False] * (b - a)
+        else:
+            pq3, pd3, cand_counts, short_counts, exact_all = _sparse_shortlist(
+                state, S, bq, a, b, keys, counts, exact_allowed, settings, n_exact, sec, t1)
+            t4 = time.perf_counter()
         if rescore_fn is not None:
             exact = rescore_fn(bv, bq, pq3, pd3)
         else:
@@ -176,8 +166,51 @@ def run(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, k: int, settings:
         col = torch.arange(tq.numel(), device=dev) - (torch.cumsum(c, 0) - c)[tq]
         out_s[a + tq, col] = ts
         out_i[a + tq, col] = state.ids[tdoc]
-        st["candidates"] += cand_counts.tolist()
-        st["shortlist"] += short_counts.tolist()
-        st["scored_exactly"] += exact_counts.tolist()
+        cand_l, short_l, exact_l = torch.stack([cand_counts, short_counts, exact_counts]).tolist()  # one read
+        st["candidates"] += cand_l
+        st["shortlist"] += short_l
+        st["scored_exactly"] += exact_l
         st["exact_all_allowed"] += exact_all
     return SearchResult(out_s, out_i, "prefilter", "", settings, st)
+
+
+def _sparse_shortlist(state, S, bq, a, b, keys, counts, exact_allowed, settings, n_exact, sec, t1):
+    """Stages 2-4 from the inverted lists (:mod:`.stages`) for queries a..b-1: ``(pair_q, pair_doc,
+    candidate counts, shortlist counts, exact_all flags)``; adds stage seconds to `sec`."""
+    n = state.n_slots
+    dev = S.device
+    bkeys = None
+    if keys is not None:
+        lo, hi = torch.searchsorted(keys, torch.tensor([a * n, b * n], device=keys.device)).tolist()
+        bkeys = keys[lo:hi] - a * n
+    exact_all = [False] * (b - a)
+    if counts is not None:
+        exact_all = [bool(exact_allowed) if exact_allowed is not None else counts[q] <= n_exact
+                     for q in range(a, b)]
+    pq, pd = stages.candidates(state, S, bq, settings.ncells, bkeys)
+    if any(exact_all):  # these queries skip stages (a)-(c): all their allowed documents
+        mask = torch.tensor(exact_all, device=dev)
+        pq, pd = pq[~mask[pq]], pd[~mask[pq]]
+        whole = bkeys[mask[bkeys // n]]
+        key = torch.sort(torch.cat([pq * n + pd, whole])).values
+        pq, pd = key // n, key % n
+    t2 = time.perf_counter()
+    sec["candidates"] += t2 - t1
+    cand_counts = torch.bincount(pq, minlength=b - a)
+    sel = stages.top_per_query(pq, stages.pruned_scores(state, S, bq, pq, pd, settings.centroid_score_threshold)
+                               if pq.numel() else pq.float(), b - a, settings.ndocs)
+    if any(exact_all):
+        sel = torch.unique(torch.cat([sel, torch.nonzero(mask[pq]).squeeze(1)]))
+    pq2, pd2 = pq[sel], pd[sel]
+    t3 = time.perf_counter()
+    sec["pruned"] += t3 - t2
+    short_counts = torch.bincount(pq2, minlength=b - a)
+    full = stages.full_scores(state, S, bq, pq2, pd2)
+    if any(exact_all):
+        full = torch.where(mask[pq2], torch.inf, full)  # all of an exact_all query's documents stay
+    sel = stages.top_per_query(pq2, full, b - a, n_exact)
+    if any(exact_all):
+        sel = torch.unique(torch.cat([sel, torch.nonzero(mask[pq2]).squeeze(1)]))
+    pq3, pd3 = pq2[sel], pd2[sel]
+    sec["full"] += time.perf_counter() - t3
+    return pq3, pd3, cand_counts, short_counts, exact_all
