@@ -128,8 +128,12 @@ def test_adds_and_removals_then_reopen_equal_the_same_operations_on_the_same_cen
 
 
 def test_drift_past_the_threshold_rebuilds_from_the_store_during_the_commit(tmp_path):
-    idx = grown(tmp_path / "ix", n=8, rebuild_drift=1.0001)
-    idx.add_documents([city_doc(i) for i in range(30, 34)])
+    idx = grown(tmp_path / "ix", n=20, rebuild_drift=1.0001)
+    idx.add_document(city_doc(30))  # 5 % more tokens: below DRIFT_MIN_ADDED, the drift is not judged yet
+    info = idx.prefilter_info()["stores"]["segment"]
+    assert pf_module.DRIFT_MIN_ADDED == 0.1 and info["drift"] > 1.0001
+    assert info["last_change"].startswith("updated (drift ")
+    idx.add_documents([city_doc(i) for i in range(31, 34)])  # 20 % added since the build: judged
     info = idx.prefilter_info()["stores"]["segment"]
     assert info["last_change"].startswith("rebuilt (drift ") and info["drift"] == 1.0 and info["deleted"] == 0
     # a rebuild is a build from scratch over the store's vectors (not the decoded ones)

@@ -6,7 +6,9 @@ Directory layout (format version 3)::
       manifest.json          format, version, generation, encoders (name, dim), vector dtype,
                              next document number, parts (in document order: file name, sha256 of
                              its header, document count, counts by kind), vectors (per store: file
-                             name, committed rows), totals (the parts' sums)
+                             name, committed rows), totals (the parts' sums); optionally
+                             prefilter (settings, and per store its folder and that folder's
+                             manifest sha256, or null while deferred)
       parts/<name>.part      one batch of whole documents in ONE file (see kg/parts.py): graph
                              columns, UTF-8 string blobs and item tables behind a header that holds
                              each array's sha256, and per store the row count and sha256 of the rows
@@ -14,6 +16,10 @@ Directory layout (format version 3)::
       vectors/<store>.<tag>.bin
                              one append-only file of raw rows ``[T, d]`` per store: the rows of
                              every document in document order (the parts' order, then each part's)
+      prefilter/<store>.<tag>/
+                             only for stores that carry a centroid prefilter
+                             (:meth:`KnowledgeIndex.enable_prefilter`; see kg/prefilters.py): one
+                             checksummed folder in the layout of index/persist.py, keyed by uids
 
 Each part's documents are one contiguous run of the document order, so each part owns one
 contiguous row range of every vector file; the range's sha256 sits in the part's header (whose
@@ -31,7 +37,11 @@ and writes a new part file under a name no manifest lists yet; then the change r
 manifest (temporary file, fsync, ``os.replace``, fsync of the folder). The appended files, the
 part, the parts folder and the manifest's temporary file are fsync'ed together (concurrently)
 before the rename: a constant number of fsyncs per commit (one per store that got rows, plus
-four) in two rounds, however many documents and arrays. Removing one
+four) in two rounds, however many documents and arrays. A store that carries a prefilter and
+gets rows (or loses them) has its next prefilter computed before anything is written and saved to
+a new folder ``prefilter/<store>.<tag>`` (fsync'ed) before the manifest that names it replaces
+the old one, so the manifest commits the rows and the prefilter together (the folder is
+rewritten whole: O(the store's compressed codes) per such commit). Removing one
 writes new, compacted vector files for the stores it had rows in (a new tag, never the file a
 reader maps) and a new part for the documents that shared its part, in that part's place of the
 order. Only after the manifest is replaced are parts the new manifest no longer names deleted. A
@@ -60,7 +70,12 @@ The manifest is untrusted input: part names must be plain file names (letters, d
 header must have the sha256 the manifest lists and its document count and counts must match,
 document ids and numbers must be unique (numbers below 2^31), counts are bounded and the totals
 are their sums, vector file names are ``<store>.<hex tag>.bin`` and a vector file must hold at
-least its committed rows; anything else raises :class:`IndexFormatError`. Version-1 directories
+least its committed rows; a carried prefilter's folder must have the listed sha256 and hold
+exactly its store's live uids with their token counts (a disagreement is refused unless opened
+with ``repair_prefilter=True``, which rebuilds it from the store and commits it); anything else
+raises :class:`IndexFormatError`. The ``prefilter`` field keeps the format at version 3: an index
+without it opens as before, and an older writer that does not know the field drops it (its
+folders are then unlisted files, removed by the next change of a writer that knows it). Version-1 directories
 (vectors inside the parts) and version-2 directories (a folder of array files per part, every
 document listed in the manifest) are read as before; the first change rewrites such a directory
 as version 3 (one commit of the same contents) before applying itself.

@@ -17,9 +17,11 @@ results map back to items exactly and a removed document's uids can be deleted f
   recorded, and when it passes ``rebuild_drift`` (default :data:`DEFAULT_REBUILD_DRIFT` = 1.5, the
   same as :data:`colgraph_engine.index.prefilter.DEFAULT_REBUILD_DRIFT`; None: never) the
   prefilter is rebuilt from the store's original vectors (not from decoded ones) during that
-  commit. On a store of a few hundred tokens PLAID's centroid count (``~16 sqrt(T)``) leaves
-  about one token per centroid, the build's mean squared residual is near zero and any addition
-  reads as a large drift: one more reason for ``min_tokens``;
+  commit. The drift is judged only once the tokens added since the last build reach
+  :data:`DRIFT_MIN_ADDED` (ours: 0.1) times the tokens it was built over: a mean over a few
+  added tokens says little, and a build whose mean squared residual is near zero (about one
+  distinct token per centroid: PLAID's count ``~16 sqrt(T)`` on a small or repetitive store) makes
+  any addition read as a huge drift; so drift rebuilds cost at most one k-means per 10 % of growth;
 * **removals** tombstone the document's uids (positions are never renumbered); when tombstones
   outnumber live items the prefilter is rebuilt from the store (so dead slots stay bounded).
 
@@ -49,6 +51,7 @@ from .. import _arraydir, _atomic
 DEFAULT_STORES = ("segment", "table")  # the text stores of document recall
 DEFAULT_MIN_TOKENS = 4096
 DEFAULT_REBUILD_DRIFT = 1.5
+DRIFT_MIN_ADDED = 0.1  # drift is judged once the added tokens reach this fraction of the built ones
 NBITS = (1, 2, 4)
 FOLDER = "prefilter"
 _FOLDER_NAME = re.compile(r"([a-z_]{1,32})\.[0-9a-f]{8,32}")
@@ -197,7 +200,8 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
         nxt.add(added[0], added[1], ids=added[2], rebuild_drift=None)
     s = nxt.snapshot()
     drift = nxt.drift()
-    if settings.rebuild_drift is not None and drift > settings.rebuild_drift:
+    judged = s.added_tokens >= DRIFT_MIN_ADDED * (s.n_tokens - s.added_tokens)
+    if settings.rebuild_drift is not None and judged and drift > settings.rebuild_drift:
         why = f"rebuilt (drift {drift:.3f} > {settings.rebuild_drift})"
     elif s.n_slots - s.n_live > s.n_live:
         why = f"rebuilt ({s.n_slots - s.n_live} deleted > {s.n_live} live items)"

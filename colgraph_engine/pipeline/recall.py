@@ -57,6 +57,8 @@ class Recall:
 
 log = logging.getLogger("colgraph_engine")
 _PREFILTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # IndexView -> {(store, nbits): index}
+_STATE_TENSORS = ("centroids", "codes", "residuals", "offsets", "ids", "alive", "cells_offsets", "cells", "ivf_offsets",
+                  "ivf_docs")  # an IndexState's tensors that live on its device (cutoffs, weights: the CPU)
 
 
 def _prefilter_for(view: IndexView, name: str, nbits: int):
@@ -86,8 +88,15 @@ def _carried_prefilter(view: IndexView, name: str):
         version = view.index.version
         pf = view.index.prefilter(name)
         same = version == view.version == view.index.version
-        # a frozen copy: later commits replace the index's object, and nobody changes this one
-        per_view[key] = PrefilterIndex(pf.snapshot(), pf.build_options) if pf is not None and same else None
+        if pf is not None and same:
+            # a frozen copy on the view's device (as persist.load places a state): later commits
+            # replace the index's object, and nobody changes this one
+            s, dev = pf.snapshot(), view.vectors[name].device
+            if s.centroids.device != dev:
+                s = s.with_(**{f: getattr(s, f).to(dev) for f in _STATE_TENSORS})
+            per_view[key] = PrefilterIndex(s, pf.build_options)
+        else:
+            per_view[key] = None
     return per_view[key]
 
 
