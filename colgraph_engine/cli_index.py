@@ -7,6 +7,10 @@
     colgraph index remove INDEX DOC_ID...            remove documents (exactly: nothing remains)
     colgraph index info INDEX [--json]               counts, carried prefilters, one row per document
     colgraph index verify INDEX                      every checksum, count and structure; exit 1 if damaged
+    colgraph index prefilter INDEX [options]         make stores carry a centroid prefilter, committed
+                                                     with every later change (``--stores``, ``--nbits``,
+                                                     ``--min-tokens``, ``--rebuild-drift``; ``--off``
+                                                     stops; ``--repair`` rebuilds one that disagrees)
 
 Options of build and add: ``--encoders offline|models``; readers: ``--ocr`` (RapidOCR for pages
 without a text layer), ``--no-page-images``, ``--no-embedded-images``, ``--scale``,
@@ -47,6 +51,14 @@ def add_parser(sub) -> None:
     i.add_argument("--json", action="store_true")
     v = isub.add_parser("verify", help="check every checksum, count and structure")
     v.add_argument("index", type=Path)
+    p = isub.add_parser("prefilter", help="make stores carry a centroid prefilter (or stop)")
+    p.add_argument("index", type=Path)
+    p.add_argument("--stores", nargs="+", default=None, help="store names (default: segment table)")
+    p.add_argument("--nbits", type=int, default=2, help="residual bits per dimension: 1, 2 or 4")
+    p.add_argument("--min-tokens", type=int, default=None, help="defer a store's build below this many tokens")
+    p.add_argument("--rebuild-drift", type=float, default=None, help="rebuild when additions drift past this")
+    p.add_argument("--off", action="store_true", help="stop carrying prefilters")
+    p.add_argument("--repair", action="store_true", help="rebuild a carried prefilter that disagrees with its store")
 
 
 def _ingest_options(p) -> None:
@@ -76,7 +88,7 @@ def _ingest_options(p) -> None:
 def run(args) -> int:
     try:
         return {"build": _build, "add": _add, "remove": _remove, "info": _info,
-                "verify": _verify}[args.index_command](args)
+                "verify": _verify, "prefilter": _prefilter}[args.index_command](args)
     except (TypeError, ValueError) as exc:
         print(f"colgraph index {args.index_command}: {exc}", file=sys.stderr)
         return 2
@@ -222,6 +234,26 @@ def _info(args) -> int:
         print(d["doc_id"][:width].ljust(width) + "".join(str(c.get(k, "")).rjust(11) for k in keys))
     t = m.get("totals") or {}
     print("total".ljust(width) + "".join(str(t.get(k, "")).rjust(11) for k in keys))
+    return 0
+
+
+def _prefilter(args) -> int:
+    from .kg import KnowledgeIndex
+    from .kg import prefilters
+    from .kg.index import _read_manifest
+
+    index = KnowledgeIndex.open(args.index, repair_prefilter=args.repair)
+    if args.off:
+        index.disable_prefilter()
+    else:
+        options = {"nbits": args.nbits}
+        if args.stores is not None:
+            options["stores"] = args.stores
+        options["min_tokens"] = prefilters.DEFAULT_MIN_TOKENS if args.min_tokens is None else args.min_tokens
+        options["rebuild_drift"] = prefilters.DEFAULT_REBUILD_DRIFT if args.rebuild_drift is None else args.rebuild_drift
+        for store, what in index.enable_prefilter(**options).items():
+            print(f"{store}: {what}")
+    print(_prefilter_line(_read_manifest(args.index).get("prefilter")))
     return 0
 
 

@@ -362,3 +362,19 @@ def test_index_info_shows_the_carried_prefilter(tmp_path, capsys):
     assert "prefilter: none carried" in capsys.readouterr().out
     assert cli_index.main(["index", "verify", str(tmp_path / "ix")]) == 0
     assert os.path.isdir(tmp_path / "ix" / "prefilter")
+
+
+def test_index_prefilter_command_enables_refuses_bad_settings_and_stops(tmp_path, capsys):
+    idx = KnowledgeIndex.create(tmp_path / "ix", ENC)
+    idx.add_documents([city_doc(i) for i in range(6)])
+    assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--min-tokens", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "segment: built (" in out and "prefilter: segment built (6 items" in out
+    assert KnowledgeIndex.open(tmp_path / "ix").prefilter("segment") is not None
+    assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--nbits", "3"]) == 2
+    assert "nbits: expected one of (1, 2, 4), got 3" in capsys.readouterr().err
+    assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--stores", "nope"]) == 2
+    assert "stores:" in capsys.readouterr().err
+    assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--off"]) == 0
+    assert "prefilter: none carried" in capsys.readouterr().out
+    assert KnowledgeIndex.open(tmp_path / "ix").prefilter_info() is None
