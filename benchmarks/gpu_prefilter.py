@@ -299,9 +299,13 @@ def prefilter_rows(run, name, values, nd, ld, qv, qo, nq, n_one, nbits, store, e
         one_sparse = one_query_ms(lambda i: idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=False, **extra),
                                   n_one, dev)
         r1 = idx.search(qv[:32], qo[:2], k=10, **extra)
+        same = [torch.equal(idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=True, **extra).ids,
+                            idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=False, **extra).ids)
+                for i in range(n_one)]
         knobs = "" if "ndocs" not in extra else ", ncells 2, threshold 0.45, ndocs 1024"
         run.row(corpus=name, impl=f"prefilter nbits {nbits}{knobs}, exact stage on the {where} ({res.stats['backend']})",
                 ms_one_query_sparse=one_sparse, one_query_dense=bool(r1.stats.get("dense")), qps_block32=nq / sec32,
+                dense_ids_equal_sparse=f"{sum(same)}/{len(same)}",
                 qps=nq / sec, ms_one_query=one, recall10=recall10(res.ids, exact),
                 hit1=float((res.ids[:, 0].cpu() == target.cpu()).float().mean()), build_s=build_s,
                 bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
