@@ -251,7 +251,7 @@ def _prefilter(args) -> int:
             options["stores"] = args.stores
         options["min_tokens"] = prefilters.DEFAULT_MIN_TOKENS if args.min_tokens is None else args.min_tokens
         options["rebuild_drift"] = prefilters.DEFAULT_REBUILD_DRIFT if args.rebuild_drift is None else args.rebuild_drift
-        for store, what in index.enable_prefilter(**options).items():
+        for store, what in index.enable_prefilter(**options, progress=True).items():
             print(f"{store}: {what}")
     print(_prefilter_line(_read_manifest(args.index).get("prefilter")))
     return 0

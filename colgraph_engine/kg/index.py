@@ -399,7 +399,8 @@ class KnowledgeIndex:
     # -- carried prefilters -----------------------------------------------------------------
     def enable_prefilter(self, stores: Sequence[str] = _pf.DEFAULT_STORES, *, nbits: int = 2,
                          min_tokens: int = _pf.DEFAULT_MIN_TOKENS,
-                         rebuild_drift: float | None = _pf.DEFAULT_REBUILD_DRIFT) -> dict[str, str]:
+                         rebuild_drift: float | None = _pf.DEFAULT_REBUILD_DRIFT,
+                         progress: bool = False) -> dict[str, str]:
         """Makes the named stores carry a centroid prefilter (a
         :class:`~colgraph_engine.index.PrefilterIndex` keyed by the stores' uids), maintained by
         every later add and removal and, in a directory, committed with them (one manifest
@@ -416,6 +417,7 @@ class KnowledgeIndex:
             min_tokens: a store with fewer live tokens carries no prefilter yet.
             rebuild_drift: rebuild a store's prefilter from its vectors during the commit whose
                 additions bring its drift above this (None: never).
+            progress: a tqdm bar over each build's k-means iterations.
 
         Returns ``{store: what happened}`` (``"built (...)"`` or ``"deferred (...)"``). Raises
         ValueError naming the argument for unknown stores, nbits outside {1, 2, 4} (or one
@@ -424,7 +426,7 @@ class KnowledgeIndex:
         if stores is _pf.DEFAULT_STORES:
             stores = tuple(s for s in stores if s in self.dims)
         settings = _pf.PrefilterSettings.checked(stores, nbits, min_tokens, rebuild_drift, self.dims)
-        plan = {s: _pf.next_prefilter(settings, None, self.stores[s]) for s in settings.stores}
+        plan = {s: _pf.next_prefilter(settings, None, self.stores[s], progress=progress) for s in settings.stores}
         if self.path is not None:
             with self._writer():
                 if self._disk_version != INDEX_VERSION:

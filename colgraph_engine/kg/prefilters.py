@@ -164,13 +164,14 @@ def contents_after(store, added: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return values, offsets, ids
 
 
-def build(settings: PrefilterSettings, values, offsets, uids):
-    """A prefilter over packed items keyed by `uids` (deterministic: seeded k-means)."""
+def build(settings: PrefilterSettings, values, offsets, uids, progress: bool = False):
+    """A prefilter over packed items keyed by `uids` (deterministic: seeded k-means); `progress`:
+    a tqdm bar over the k-means iterations."""
     from ..index import PrefilterIndex
-    return PrefilterIndex.build(values, offsets, uids, nbits=settings.nbits)
+    return PrefilterIndex.build(values, offsets, uids, nbits=settings.nbits, progress=progress)
 
 
-def next_prefilter(settings: PrefilterSettings, current, store, added=None, removed=None):
+def next_prefilter(settings: PrefilterSettings, current, store, added=None, removed=None, progress: bool = False):
     """``(prefilter or None, what happened)`` for `store` (a PackedStore, before the change)
     after adding ``added = (values [t, d], offsets [k+1], uids [k])`` and removing the uids
     `removed` ``[r]``. `current` is never modified (the caller swaps in the result once the
@@ -190,7 +191,7 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
     if current is None:
         if tokens < settings.min_tokens:
             return None, f"deferred ({tokens} tokens < min_tokens {settings.min_tokens})"
-        return build(settings, *contents_after(store, added, removed)), f"built ({tokens} tokens)"
+        return build(settings, *contents_after(store, added, removed), progress), f"built ({tokens} tokens)"
     if tokens == 0:
         return None, "dropped (the store is empty)"
     nxt = PrefilterIndex(current.snapshot(), current.build_options)
@@ -207,7 +208,7 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
         why = f"rebuilt ({s.n_slots - s.n_live} deleted > {s.n_live} live items)"
     else:
         return nxt, f"updated (drift {drift:.3f})"
-    return build(settings, *contents_after(store, added, removed)), why
+    return build(settings, *contents_after(store, added, removed), progress), why
 
 
 # -- folders -------------------------------------------------------------------------------------
