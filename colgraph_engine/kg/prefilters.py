@@ -5,7 +5,7 @@ checks that a loaded prefilter agrees with its store.
 A carried prefilter is a :class:`~colgraph_engine.index.PrefilterIndex` over one store's live
 items, keyed by the store's stable uids (``doc_number << 32 | local_id``), never by slots, so
 results map back to items exactly and a removed document's uids can be deleted from it. Rules
-(all ours; the PLAID and ColBERT papers do not describe an index that grows and shrinks):
+(all ours, not taken from PLAID or ColBERT):
 
 * **deferred build**: a store whose live token count is below ``min_tokens`` (default
   :data:`DEFAULT_MIN_TOKENS` = 4096) carries none (k-means over a few hundred tokens gives
@@ -31,7 +31,10 @@ by :meth:`PrefilterIndex.build` over the same items in the same order.
 On disk each carried prefilter is one checksummed folder ``prefilter/<store>.<hex tag>/`` (the
 layout of :mod:`colgraph_engine.index.persist`), written under a name no manifest lists yet and
 named in the index manifest with the sha256 of its ``manifest.json``; so the index manifest's
-atomic replace commits a store's rows and its prefilter together.
+atomic replace commits a store's rows and its prefilter together. A change rewrites the folder
+of each store it touches whole (codes, residuals, ids: O(the store's compressed tokens) per
+commit, not O(the change)); opening loads every carried prefilter into memory and derives its
+inverted lists.
 """
 from __future__ import annotations
 
