@@ -1,9 +1,10 @@
 """Prefilter report (CPU): recall@10 against exact and QPS, side by side with exact brute force
-(our store) and fast-plaid's CPU path, on clustered synthetic corpora.
+(our store), fast-plaid's CPU path and colsearch's CPU lanes, on clustered synthetic corpora.
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/prefilter_report.py [--quick] [--fast-plaid PATH]
+    .venv/bin/python benchmarks/prefilter_report.py [--quick] [--fast-plaid PATH] [--colsearch PATH]
+        [--colsearch-lanes fp16,rroq158] [--only long|short]
 
 Corpora (scaled to a 2-core machine from the GPU corpora of ../shared/bench/peers_gpu.py,
 10,000 x 1,024 and 100,000 x 128 tokens, d = 128): ``long`` 1,000 documents x 256 tokens and
@@ -15,14 +16,20 @@ Rows per corpus: exact brute force (``PackedStore.search``, native C++ backend, 
 prefilter at PLAID's defaults for k = 10, at the k <= 100 defaults and a wide setting (8 cells
 per query token, as fast-plaid's default 8 probes), each with the exact stage
 on the decoded codes (default) and on the store's original vectors (``store=``), and
-fast-plaid (``FastPlaid(device="cpu")``) at its default probes and a wider setting. Both
+fast-plaid (``FastPlaid(device="cpu")``) at its default probes and a wider setting, and
+colsearch 0.1.7 (``colsearch.Index(engine="shard", device="cpu")`` through
+``benchmarks/_colsearch.py``, whose docstring states its settings) in each lane of
+``--colsearch-lanes``: ``fp16`` (fp16 rows, its README and BEIR-benchmark setting) and
+``rroq158`` (its default 1.58-bit codec). Both
 indexes use the same nbits (``--nbits``, default 2) and k-means over at most 65,536 sampled
 tokens for ours (fast-plaid samples by its own rule). QPS: all queries in one call (after one
 warmup call), median of ``--repeats`` (fast-plaid: one timed call, it is slow here); latency: one query per call, mean over 16 queries.
+colsearch is timed as the others (``search_batch`` over all queries, ``--repeats``); its build
+(router training, codec training) is reported in ``build s``.
 recall@10: mean overlap of the top-10 ids with exact brute force's top-10.
 
 Writes results/prefilter.{md,json,png} (``prefilter_quick.*`` with --quick; ``_nbits4`` appended
-for ``--nbits 4``).
+for ``--nbits 4``, ``_<corpus>`` for ``--only <corpus>``).
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,6 +49,7 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
 from colgraph_engine.index import PrefilterIndex  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
@@ -61,6 +70,10 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--fast-plaid", default=str(ROOT / ".peers" / "fastplaid"),
                    help="a folder holding fast_plaid and its dependencies (pip install --target)")
+    p.add_argument("--colsearch", default=str(ROOT / ".peers" / "colsearch"),
+                   help="a folder holding colsearch and its dependencies (pip install --no-deps --target)")
+    p.add_argument("--colsearch-lanes", default="fp16,rroq158",
+                   help="comma-separated lanes of benchmarks/_colsearch.py LANES; empty: skip colsearch")
     p.add_argument("--only", default="", help="run only the corpus of this name")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     return p.parse_args(argv)
@@ -103,7 +116,38 @@ def load_fast_plaid(path: str):
         return None, None, f"{type(exc).__name__}: {exc}"
 
 
-def run_corpus(name, spec, args, fp_search, rows, notes):
+def run_colsearch(name, base, docs, queries, targets, ex_i, args, cs_mod, rows, notes):
+    """Rows for colsearch's CPU lanes (``benchmarks/_colsearch.py``) on one corpus."""
+    import _colsearch
+    values = torch.cat(docs)
+    offsets = torch.tensor([0] + [d.shape[0] for d in docs]).cumsum(0)
+    qt = torch.stack(queries)
+    nq = len(queries)
+    for lane in [x for x in args.colsearch_lanes.split(",") if x]:
+        tmp = tempfile.mkdtemp(prefix="colsearch_")
+        handle = None
+        try:
+            print(f"colsearch {lane}: building on {name} ...", flush=True)
+            handle = _colsearch.build(values, offsets, "cpu", os.path.join(tmp, "index"), lane=lane, module=cs_mod)
+            sec, got = timed(lambda: _colsearch.search(handle, qt, 10), args.repeats)
+            rows.append(dict(base, impl=f"colsearch (CPU): {lane}, " + ", ".join(
+                                 f"{a} {v}" for a, v in handle.settings.items() if a not in ("compression", "device")),
+                             qps=nq / sec, recall10=recall_at_10(got.tolist(), ex_i),
+                             hit1=float((got[:, 0] == targets).float().mean()),
+                             latency_ms=latency_ms(lambda q: _colsearch.search(handle, q[None], 10), queries),
+                             bytes_per_token=handle.bytes_per_token, build_s=handle.build_s, lane=lane,
+                             settings=handle.settings))
+            print(json.dumps(rows[-1], default=str), flush=True)
+        except Exception as exc:  # noqa: BLE001 - keep the rest of the report
+            notes.append(f"colsearch {lane} failed on {name}: {type(exc).__name__}: {exc}"[:400])
+            print(notes[-1], flush=True)
+        finally:
+            if handle is not None:
+                _colsearch.close(handle)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_corpus(name, spec, args, fp_search, rows, notes, cs_mod=None):
     d, nq = 128, (16 if args.quick else args.queries)
     cents, topics, docs = clustered_corpus(spec["n_docs"], spec["tokens"], d, n_topics=2048,
                                            topics_per_doc=spec["topics_per_doc"], seed=11)
@@ -141,6 +185,8 @@ def run_corpus(name, spec, args, fp_search, rows, notes):
                              stage_seconds={k: round(v, 4) for k, v in res.stats["seconds"].items()}))
             print(json.dumps(rows[-1]), flush=True)
 
+    if cs_mod is not None:
+        run_colsearch(name, base, docs, queries, targets, ex_i, args, cs_mod, rows, notes)
     if fp_search is None:
         return
     tmp = tempfile.mkdtemp(prefix="fastplaid_")
@@ -171,27 +217,35 @@ def run_corpus(name, spec, args, fp_search, rows, notes):
 
 
 def write(rows, notes, args, meta):
-    stem = ("prefilter_quick" if args.quick else "prefilter") + ("" if args.nbits == 2 else f"_nbits{args.nbits}")
+    stem = (("prefilter_quick" if args.quick else "prefilter") + ("" if args.nbits == 2 else f"_nbits{args.nbits}")
+            + (f"_{args.only}" if args.only else ""))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "notes": notes}, indent=1) + "\n")
     lines = [f"# Prefilter on the CPU: recall@10 against exact, QPS ({meta['date']})", "",
              f"Command: `{meta['command']}`. Machine: {meta['machine']}. torch threads {args.threads}; "
-             f"fast-plaid {meta['fast_plaid'] or 'absent'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
+             f"fast-plaid {meta['fast_plaid'] or 'absent'}; colsearch {meta['colsearch'] or 'absent'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
              "queries of 32 tokens in one call; latency: one query per call. `x exact`: QPS over exact brute force's; "
-             "`x fast-plaid`: over fast-plaid's row at the nearest recall (its default first).", ""]
+             "`x fast-plaid` / `x colsearch`: over that peer's row at the nearest recall (its first row on a tie).", ""]
     for corpus in dict.fromkeys(r["corpus"] for r in rows):
         rs = [r for r in rows if r["corpus"] == corpus]
         ex = rs[0]
         fps = [r for r in rs if r["impl"].startswith("fast-plaid")]
+        css = [r for r in rs if r["impl"].startswith("colsearch")]
         lines += [f"## {corpus}: {ex['n_docs']:,} documents x {ex['doc_tokens']} tokens (d = 128, {ex['tokens']:,} tokens)", "",
-                  "| impl | recall@10 | hit@1 | QPS | x exact | x fast-plaid | 1-query ms | bytes/token (codes) | build s |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| impl | recall@10 | hit@1 | QPS | x exact | x fast-plaid | x colsearch | 1-query ms | "
+                  "bytes/token (codes) | build s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+
+        def versus(r, peers, prefix):
+            if not peers or r["impl"].startswith(prefix):
+                return ""
+            ref = min(peers, key=lambda f: abs(f["recall10"] - r["recall10"]))
+            return f"{r['qps'] / ref['qps']:.2f}"
         for r in rs:
-            ref = min(fps, key=lambda f: abs(f["recall10"] - r["recall10"])) if fps else None
-            vs = f"{r['qps'] / ref['qps']:.2f}" if ref and not r["impl"].startswith("fast-plaid") else ""
             b = r.get("bytes_per_token")
             lines.append(f"| {r['impl']} | {r['recall10']:.3f} | {r['hit1']:.3f} | {r['qps']:.1f} | "
-                         f"{r['qps'] / ex['qps']:.2f} | {vs} | {r['latency_ms']:.1f} | "
+                         f"{r['qps'] / ex['qps']:.2f} | {versus(r, fps, 'fast-plaid')} | "
+                         f"{versus(r, css, 'colsearch')} | {r['latency_ms']:.1f} | "
                          f"{'' if b is None else f'{b:.1f}'} | {r.get('build_s', 0) or 0:.1f} |")
         ours = [r for r in rs if r["impl"].startswith("ours")]
         if ours:
@@ -210,10 +264,12 @@ def write(rows, notes, args, meta):
         fig, axes = plt.subplots(1, len(corpora), figsize=(6 * len(corpora), 4.5), squeeze=False)
         for ax, corpus in zip(axes[0], corpora):
             for r in (r for r in rows if r["corpus"] == corpus):
-                kind = "o" if r["impl"].startswith("ours") else "s" if r["impl"].startswith("fast") else "*"
+                kind = ("o" if r["impl"].startswith("ours") else "s" if r["impl"].startswith("fast")
+                        else "^" if r["impl"].startswith("colsearch") else "*")
                 ax.scatter(r["qps"], r["recall10"], marker=kind, s=60)
                 ax.annotate(r["impl"].split(":")[0] + (":" + r["impl"].split("exact stage on ")[-1]
-                                                       if "exact stage" in r["impl"] else ""),
+                                                       if "exact stage" in r["impl"] else
+                                                       ":" + r["lane"] if "lane" in r else ""),
                             (r["qps"], r["recall10"]), fontsize=7)
             ax.set_xscale("log")
             ax.set_xlabel("QPS (log)")
@@ -236,19 +292,31 @@ def main(argv=None) -> int:
         notes.append(f"fast-plaid {fp_version} installed with `pip install --no-deps --target .peers/fastplaid "
                      "fast-plaid==1.7.0.290 fastkmeans==0.5.0 usearch numkong` (the build for torch 2.9; this "
                      f"environment has torch {torch.__version__}); it runs on the CPU (no CUDA needed).")
-    notes.append("colsearch 0.1.7 not measured: installed beside fast-plaid (`--no-deps` with h5py, bm25s, "
-                 "PyStemmer, faiss-cpu, safetensors, latence-shard-engine), its `Index(engine='shard')` build of "
-                 "300 documents x 32 tokens did not finish within 300 s on this machine (default codec rroq158).")
+    cs_mod, cs_version = None, None
+    if args.colsearch_lanes:
+        import _colsearch
+        cs_mod, cs_version, cs_why = _colsearch.load(args.colsearch)
+        if cs_mod is None:
+            notes.append(f"colsearch not measured: {cs_why}")
+        else:
+            notes.append(f"colsearch {cs_version} installed with `pip install --no-deps --target .peers/colsearch "
+                         "colsearch==0.1.7 h5py bm25s PyStemmer faiss-cpu safetensors latence-shard-engine`; "
+                         "CPU lanes through `benchmarks/_colsearch.py` (settings in its docstring and the rows). "
+                         "`bytes/token` for colsearch: its shards' fp16 rows (fp16) or rroq158 code tensors "
+                         "(the rroq158 shards also keep an fp16 copy of every row, not counted); its build trains "
+                         "the LEMUR router MLP twice (10 epochs each) and, for rroq158, k-means with K = 8,192.")
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": "python benchmarks/prefilter_report.py" + (" --quick" if args.quick else "")
-                       + (f" --nbits {args.nbits}" if args.nbits != 2 else "") + f" --repeats {args.repeats}",
+                       + (f" --nbits {args.nbits}" if args.nbits != 2 else "") + f" --repeats {args.repeats}"
+                       + (f" --only {args.only}" if args.only else "")
+                       + (f" --colsearch-lanes {args.colsearch_lanes}" if args.colsearch_lanes != "fp16,rroq158" else ""),
             "machine": f"{os.cpu_count()} CPU cores (shared), torch {torch.__version__}",
-            "fast_plaid": fp_version}
+            "fast_plaid": fp_version, "colsearch": cs_version}
     rows: list[dict] = []
     for name, spec in (QUICK if args.quick else CORPORA).items():
         if args.only and name != args.only:
             continue
-        run_corpus(name, spec, args, fp_search, rows, notes)
+        run_corpus(name, spec, args, fp_search, rows, notes, cs_mod)
         write(rows, notes, args, meta)
     write(rows, notes, args, meta)
     return 0
