@@ -32,14 +32,20 @@ Settings (``LANES``; every value not listed is colsearch's own ``ShardEngineConf
   figure is for group size 128, which we pass so the bytes match the README's claim).
   Otherwise as ``fp16``.
 
-Why builds are slow on a small CPU (measured, see ``benchmarks/results/prefilter.md``): the
-first ``add`` trains the LEMUR router twice (once for a token-balanced shard layout, once more
-for the proxy-grouped layout), each time 10 epochs of an MLP 128 -> 512 -> 2,048 -> n_train_docs
-on up to 100,000 tokens, plus an OLS solve through an SVD of a 16,384 x 2,048 feature matrix; the
-``rroq158`` codec adds spherical k-means with K = 8,192 on up to 100,000 tokens. With
-``device="cpu"`` all of that runs on the CPU. No fsync or compile step is involved; the Triton
-MaxSim warm-up is a no-op without CUDA. On CUDA we pass ``router_device="cuda"`` so the router
-trains on the GPU (colsearch's BEIR benchmark does the same: ``LemurConfig(device=device)``).
+Why builds are slow on a small CPU (read from its source, timed with cProfile on 300 x 32
+tokens: 31 s, of which LEMUR 19 s, rroq158 k-means 9 s): the first ``add`` trains the LEMUR
+router twice (once for a token-balanced shard layout, once more for the proxy-grouped layout),
+each time 10 epochs of an MLP 128 -> 512 -> 2,048 -> n_train_docs (at most 8,192) on up to
+100,000 tokens with MaxSim targets against every training document, plus an OLS solve through an
+SVD of a 16,384 x 2,048 feature matrix (about 3.5 s per call here). The ``rroq158`` codec adds
+spherical k-means with K = 8,192 (clamped to the token count) whose default backend is a pure
+NumPy k-means++ (one pass over the sample per centre); colsearch's own BEIR reproduction command
+sets ``RROQ158_KMEANS_BACKEND=fast`` (its docstring: "~30-50x faster on K=8192, N=100k"), and so
+do we for that lane unless the variable is already set. No fsync loop or compile step matters;
+the Triton MaxSim warm-up is a no-op without CUDA. With ``device="cpu"`` everything runs on the
+CPU. On CUDA we pass ``router_device="cuda"`` so the router trains on the GPU (colsearch's BEIR
+benchmark does the same: ``LemurConfig(device=device)``) and the fp16 corpus is preloaded on the
+GPU (its "GPU corpus" mode).
 """
 from __future__ import annotations
 
@@ -138,6 +144,8 @@ def build(values, offsets, device: str = "cpu", tmpdir: str | None = None, *, la
     elif os.path.exists(tmpdir) and os.listdir(tmpdir):
         raise ValueError(f"tmpdir: expected an empty or absent folder, {tmpdir!r} holds files")
 
+    if lane == "rroq158":
+        os.environ.setdefault("RROQ158_KMEANS_BACKEND", "fast")
     settings = dict(LANES[lane], device=str(device))
     if str(device).startswith("cuda"):
         settings["router_device"] = str(device)
