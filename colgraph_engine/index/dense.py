@@ -16,17 +16,24 @@ data-dependent, so the host waits on the device several times per stage and laun
 kernels; here nothing is read back until the survivors are listed (one wait). The price is
 about ``2 · P · Lmax`` gathered scores per query (``P = Σ_p |cells(p)|``, every document), so
 :func:`use_dense` picks this path only for a few queries on an accelerator (ours: at most
-:data:`MAX_QUERIES` queries and :data:`MAX_GATHERED` gathered scores per block) and never for
-restricted search.
+:data:`MAX_QUERIES` queries and :data:`MAX_GATHERED` gathered scores per block), never for
+restricted search, and only when :data:`AUTO` is on (``COLGRAPH_PREFILTER_DENSE=1``).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
 from .layout import IndexState
 
-MAX_QUERIES = 4          # ours: beyond this the sparse stages' launches are amortised (H200 run)
+MAX_QUERIES = 4          # ours: beyond this the sparse stages' launches are amortised
 MAX_GATHERED = 1 << 28   # ours: 1 GiB of float32 scratch per query block at most
+# Whether ``dense=None`` may pick this path. Off until it is timed on a GPU beside the sparse
+# stages (benchmarks/gpu_prefilter.py does; the H200 run of 2026-11-30 timed only the sparse
+# stages: 4.5 ms for one query on 100k x 128, 3.25 ms of it in stages 2-4). Pass dense=True
+# to use it now.
+AUTO = os.environ.get("COLGRAPH_PREFILTER_DENSE", "") == "1"
 
 
 def use_dense(state: IndexState, nq: int, lmax: int, device: torch.device) -> bool:

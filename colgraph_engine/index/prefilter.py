@@ -193,8 +193,9 @@ class PrefilterIndex:
                 vectors under the same ids: the exact stage then scores the shortlist on them
                 (``store.score_candidates``) instead of the decoded vectors.
             dense: stages 2-4 computed densely over every document (:mod:`.dense`) or from the
-                inverted lists; the results are the same. None: dense for a few queries on an
-                accelerator (:func:`.dense.use_dense`), never for restricted search.
+                inverted lists; the results are the same. None: the sparse stages, unless
+                ``COLGRAPH_PREFILTER_DENSE=1`` lets :func:`.dense.use_dense` pick (a few queries on
+                an accelerator; never for restricted search).
             assume_finite: skip the NaN/inf check of the queries (the caller vouches for them).
         """
         state = self._state

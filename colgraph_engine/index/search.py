@@ -31,10 +31,11 @@ from . import rescore, stages
 from .layout import IndexState
 
 # Queries per batched pass: bounds the [Tq, C] centroid scores and the [pairs, Lmax] scratch of
-# stages 3-4 (ours). A GPU pass costs mostly launches and waits, so it takes more queries at once
-# (128 x 32 tokens x 2^15 centroids: 0.5 GiB of scores).
+# stages 3-4 (ours). On a GPU a pass costs mostly launches and waits, so larger blocks should pay
+# (128 x 32 tokens x 2^15 centroids is 0.5 GiB of scores); 32 is the size measured on an H200
+# (benchmarks/results/gpu_prefilter.md), and the benchmark times 128 beside it.
 QUERY_BLOCK = 32
-QUERY_BLOCK_GPU = 128
+QUERY_BLOCK_GPU = 32
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def run(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, k: int, settings:
     """The staged search over validated queries (on the state's device). `rescore_fn`, when
     given, replaces the exact stage: ``fn(qv_block, qo_block, pair_q, pair_doc) -> [M] scores``.
     `dense`: run stages 2-4 densely (:mod:`.dense`; same results); None: when
-    :func:`.dense.use_dense` says so, never for restricted search. `qo_host`: ``qo`` as a list,
+    :data:`.dense.AUTO` is on and :func:`.dense.use_dense` says so; never for restricted search. `qo_host`: ``qo`` as a list,
     when the caller has it (saves a read from the device)."""
     nq = qo.numel() - 1
     n = state.n_slots
@@ -138,7 +139,7 @@ def run(state: IndexState, qv: torch.Tensor, qo: torch.Tensor, k: int, settings:
         t1 = time.perf_counter()
         sec["centroids"] += t1 - t0
         lmax = max((y - x for x, y in zip(bq_h, bq_h[1:])), default=0)
-        if keys is None and (dense if dense is not None else _dense.use_dense(state, b - a, lmax, dev)):
+        if keys is None and (dense if dense is not None else (_dense.AUTO and _dense.use_dense(state, b - a, lmax, dev))):
             pq3, pd3, cand_counts, short_counts = _dense.shortlist(
                 state, S, bq, bq_h, settings.ncells, settings.centroid_score_threshold, settings.ndocs, n_exact,
                 kernel=backend == "triton")
