@@ -330,8 +330,8 @@ def test_pipeline_recall_uses_the_carried_prefilter_and_says_so(tmp_path):
     built = recall_of(mem, prefilter_mode="prefilter", prefilter_units=6)
     for a, b in zip(carried, built):
         assert a.counts["recall"]["paths"]["segment"] == \
-            "prefilter (prefilter requested; carried by the index, nbits 2)"
-        assert b.counts["recall"]["paths"]["segment"] == "prefilter (prefilter requested)"
+            "prefilter (prefilter requested; carried by the index, nbits 2; exact stage on the store)"
+        assert b.counts["recall"]["paths"]["segment"] == "prefilter (prefilter requested; exact stage on the store)"
         # the same vectors in the same order give the same centroids: the same recall
         assert [d for d, _ in a.documents] == [d for d, _ in b.documents]
         assert np.allclose([s for _, s in a.documents], [s for _, s in b.documents])

@@ -178,7 +178,7 @@ class PrefilterIndex:
     def search(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *, ncells: int | None = None,
                centroid_score_threshold: float | None = None, ndocs: int | None = None,
                allowed: Sequence | None = None, exact_allowed: bool | None = None,
-               backend: str | None = None, store=None, dense: bool | None = None,
+               backend: str | None = None, store=None, rescore=None, dense: bool | None = None,
                assume_finite: bool = False) -> _search.SearchResult:
         """Top-k documents per query by the staged PLAID search (see :mod:`.search`).
 
@@ -192,6 +192,10 @@ class PrefilterIndex:
             store: optional :class:`~colgraph_engine.store.PackedStore` holding the original
                 vectors under the same ids: the exact stage then scores the shortlist on them
                 (``store.score_candidates``) instead of the decoded vectors.
+            rescore: optional callable ``fn(qv [Tb, d], qo [Nb+1], pair_q [M], pair_ids [M]) -> [M]``
+                float32 scores of the shortlisted (query, external id) pairs of a block of queries
+                (``qv``/``qo`` on the index's device, ``pair_q`` sorted); replaces the exact stage
+                like `store` does, for vectors held elsewhere (the pipeline's view of a store).
             dense: stages 2-4 computed densely over every document (:mod:`.dense`) or from the
                 inverted lists; the results are the same. None: the sparse stages, unless
                 ``COLGRAPH_PREFILTER_DENSE=1`` lets :func:`.dense.use_dense` pick (a few queries on
@@ -213,6 +217,14 @@ class PrefilterIndex:
         settings = _search.Settings.for_k(int(k), ncells, centroid_score_threshold, ndocs)
         name = resolve_backend(self.device, backend)
         rescore_fn = None
+        if store is not None and rescore is not None:
+            raise ValueError("store, rescore: expected at most one of them")
+        if rescore is not None:
+            if not callable(rescore):
+                raise TypeError(f"rescore: expected a callable, got {type(rescore).__name__}")
+
+            def rescore_fn(bv, bq, pq, pd):
+                return rescore(bv, bq, pq, state.ids[pd]).to(qv.device, torch.float32)
         if store is not None:
             if store.dim != self.dim:
                 raise ValueError(f"store: expected dimension d={self.dim}, got {store.dim}")
@@ -225,8 +237,9 @@ class PrefilterIndex:
         with torch.no_grad():
             res = _search.run(state, qv, qo, int(k), settings, name, allowed=allowed, exact_allowed=exact_allowed,
                               rescore_fn=rescore_fn, dense=dense, qo_host=qo_host)
-        res.reason = f"prefilter requested; exact stage on {'the store' if store is not None else repr(name)}"
-        res.stats["backend"] = "store" if store is not None else name
+        on = "the store" if store is not None else "the caller's vectors" if rescore is not None else repr(name)
+        res.reason = f"prefilter requested; exact stage on {on}"
+        res.stats["backend"] = "store" if store is not None else "rescore" if rescore is not None else name
         return res
 
     # -- maintenance ---------------------------------------------------------------------

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import ops
 from ..kg.index import UID_SHIFT
 from .config import PipelineConfig
-from .scoring import score_all, select_queries
+from .scoring import as_store_dtype, score_all, select_queries
 from .view import IndexView
 
 TEXT_STORES = ("segment", "table")
@@ -100,6 +101,28 @@ def _carried_prefilter(view: IndexView, name: str):
     return per_view[key]
 
 
+def _on_vectors(vec, by_uid: bool):
+    """The prefilter's exact stage on the view's copy of a store: MaxSim of each shortlisted pair
+    over the original vectors. Prefilter ids are the store's uids (`by_uid`, a carried
+    prefilter) or its slots."""
+    order = torch.sort(vec.ids) if by_uid else None
+
+    def rescore(qv, qo, pair_q, pair_ids):
+        if by_uid:
+            pair_ids = pair_ids.to(vec.ids.device)
+            at = torch.searchsorted(order.values, pair_ids).clamp(max=max(vec.n_slots - 1, 0))
+            if not bool((order.values[at] == pair_ids).all()):
+                raise RuntimeError("prefilter_exact='store': a shortlisted uid is not in the view's store")
+            slots = order.indices[at]
+        else:
+            slots = pair_ids
+        co = torch.zeros(qo.numel(), dtype=torch.int64, device=pair_q.device)
+        torch.cumsum(torch.bincount(pair_q, minlength=qo.numel() - 1), 0, out=co[1:])
+        return ops.maxsim_candidates(as_store_dtype(qv, vec), qo.to(vec.device), vec.values, vec.offsets,
+                                     co.to(vec.device), slots.to(vec.device), assume_finite=True)
+    return rescore
+
+
 def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: PipelineConfig, best: torch.Tensor,
                     col: torch.Tensor, paths: list[str]) -> bool:
     """Scores store `name` through the prefilter when the auto choice (or the config) says so:
@@ -121,7 +144,9 @@ def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: Pipeli
     paths.append(f"{name}: {path} ({reason})")
     if path != "prefilter":
         return False
-    res = idx.search(sub_v.float(), sub_o, k)
+    res = idx.search(sub_v.float(), sub_o, k,
+                     rescore=_on_vectors(view.vectors[name], carried) if cfg.prefilter_exact == "store" else None)
+    paths[-1] = paths[-1][:-1] + f"; exact stage on the {'store' if cfg.prefilter_exact == 'store' else 'codes'})"
     ids = res.ids.cpu()
     found = ids >= 0
     if carried:  # uids -> the view's document columns; a document the view lacks is not seen
