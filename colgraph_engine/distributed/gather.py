@@ -25,12 +25,55 @@ source ids are mapped in place (an id's digits count as one token, so budgets ar
 """
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from ..kg.index import KnowledgeIndex
+from ..kg.index import KnowledgeIndex, make_uid
+from ..kg.parts import StoredDocument
 from ..kg.vectors import Encoders, ItemVectors
 from ..pipeline.pipeline import Result
+from ..store import _DISK_NP, PackedStore
+
+
+@dataclass(frozen=True)
+class FileRows:
+    """Rows ``[start, stop)`` of a shard's vector file: raw ``[T, dim]`` rows in the index's
+    disk dtype (float32, float16, or bfloat16 as int16 bits), at `path` as the shard sees it.
+    A vector file is append-only and its name carries a random tag (see :mod:`colgraph_engine.kg.index`):
+    its committed rows never change under one name, so a reference stays valid for the file's life."""
+    path: str
+    start: int
+    stop: int
+    dim: int
+
+
+class RowFiles:
+    """The driver's read-only mappings of shard vector files, the `capacity` most recently used
+    kept open. :meth:`rows` raises ``OSError`` (file missing or unreadable here) or
+    ``ValueError`` (shorter than the rows asked for): the caller then fetches the bytes instead."""
+
+    def __init__(self, capacity: int = 64):
+        self.capacity = capacity
+        self._maps: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def rows(self, ref: FileRows, dtype: torch.dtype) -> np.ndarray:
+        """``[stop - start, dim]`` rows of `ref` (a read-only view of the mapping, in the disk dtype)."""
+        m = self._maps.get(ref.path)
+        if m is None or m.shape[0] < ref.stop:  # unseen, or appended to since it was mapped
+            disk = np.dtype(_DISK_NP[dtype])
+            n = os.stat(ref.path).st_size // (ref.dim * disk.itemsize)
+            if n < ref.stop:
+                raise ValueError(f"{ref.path}: holds {n} rows here, the shard named rows up to {ref.stop}")
+            m = np.memmap(ref.path, dtype=disk, mode="r", shape=(n, ref.dim))
+            self._maps[ref.path] = m
+        self._maps.move_to_end(ref.path)
+        while len(self._maps) > self.capacity:
+            self._maps.popitem(last=False)  # slices handed out keep their mapping alive
+        return m[ref.start:ref.stop]
 
 
 def item_vectors(vectors: dict, dtype: torch.dtype) -> dict[str, ItemVectors]:
@@ -45,19 +88,38 @@ def item_vectors(vectors: dict, dtype: torch.dtype) -> dict[str, ItemVectors]:
 
 
 class _GatheredIndex(KnowledgeIndex):
-    """An in-memory index of documents taken from committed shard indexes: their vectors were
-    validated (shapes, ids, finite values) when first added, so adding them here skips that
-    second pass (about half of the gathered index's build time)."""
+    """An in-memory index of documents taken from committed shard indexes, filled once
+    (:func:`gathered_index`): their vectors were validated (shapes, ids, finite values) when
+    first added to a shard, so they are not checked again, and each store is one concatenation
+    of the documents' rows wrapped as it is (``PackedStore.wrap``) rather than appended per
+    document."""
 
-    def _check_vectors(self, g, vectors, what: str) -> None:
-        return None
+    def _fill(self, docs: list[tuple]) -> None:
+        # graphs, entries and counts as add_documents puts them (stores left empty), then the stores
+        self._apply_add([StoredDocument(i, g, {}) for i, (g, _) in enumerate(docs)], [""] * len(docs), {})
+        for store in self.stores:
+            pieces = [(i, v[store]) for i, (_, v) in enumerate(docs) if store in v]
+            if not pieces:
+                continue
+            values = torch.from_numpy(np.concatenate([rows for _, (_, rows, _) in pieces]))  # one copy: its own rows
+            if self.dtype == torch.bfloat16:
+                values = values.view(torch.bfloat16)
+            lengths = np.concatenate([np.diff(off) for _, (_, _, off) in pieces])
+            offsets = np.zeros(lengths.size + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            uids = np.concatenate([make_uid(i, local) for i, (local, _, _) in pieces])
+            self.stores[store] = PackedStore.wrap(values, torch.from_numpy(offsets), torch.from_numpy(uids))
 
 
 def gathered_index(encoders: Encoders, dtype: torch.dtype, docs: list[tuple]) -> KnowledgeIndex:
-    """An in-memory index of ``docs = [(graph, {store: ItemVectors})]`` (already in global order)."""
+    """An in-memory index of ``docs = [(graph, {store: (local [k] int64, rows [T, d], offsets
+    [k+1] int64)})]``, already in global order; ``rows`` numpy in the index's disk dtype
+    (bfloat16 as int16 bits), as a bundle carries them (:func:`.bundle.unpack_documents`) or
+    :class:`RowFiles` reads them. Document ``i`` gets number ``i``, its items the uids
+    ``(i, local)``: the stores and graph ``add_documents`` would build from the same documents."""
     index = _GatheredIndex(encoders, dtype=dtype)
     if docs:
-        index.add_documents([g for g, _ in docs], [v for _, v in docs])
+        index._fill(docs)
     return index
 
 
@@ -121,4 +183,4 @@ def to_global(r: Result, ids: IdMap) -> Result:
     return r
 
 
-__all__ = ["IdMap", "gathered_index", "item_vectors", "to_global"]
+__all__ = ["FileRows", "IdMap", "RowFiles", "gathered_index", "item_vectors", "to_global"]

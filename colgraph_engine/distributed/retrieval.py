@@ -51,10 +51,14 @@ from ..pipeline.query import Query
 from ..pipeline.recall import Recall
 from .corpus import ShardedIndex, ShardUnavailableError, _ray
 from .fusion import SideTop, fuse, fuse_top, merge_top, side_rows
-from .gather import IdMap, gathered_index, item_vectors, to_global
+from .bundle import own_bundle, unpack_documents
+from .gather import FileRows, IdMap, RowFiles, gathered_index, to_global
 
 RANKERS = ("maxsim", "pooled")
+SPANS = ("encode", "scatter", "dispatch", "shard_compute", "ship", "reply", "fuse", "fetch", "build", "view", "stages", "to_global")
 PROTOCOLS = ("top", "full")
+GATHER_FROM = ("auto", "files", "ray")
+PREFETCH_DOCS = 64  # ours: stage 1 ships its top lists' documents while a batch asks for at most this many
 INLINE_BYTES = 100_000
 
 
@@ -74,12 +78,31 @@ class ShardedPipeline:
         timeout_s: None, or seconds a shard may take to answer a call; a shard that does not
             is treated as lost (:class:`ShardUnavailableError`, then the retries).
         on_stage: None, or ``callable(stage_name)`` called after ``"recall"`` and ``"gather"``.
+        gather_from: where the gathered documents' vector rows come from: ``"files"`` (the
+            driver reads them from the shards' vector files, which it must see at the path the
+            shard does: same node or a shared file system; only graphs and row ranges travel),
+            ``"ray"`` (the rows travel as bytes through Ray), or ``"auto"`` (files, and per shard
+            bytes from the first time its files cannot be read here).
+        prefetch: in the top-Kd protocol with rows read from files, each shard sends with its
+            stage-1 answer the documents of its top lists (graphs and row ranges: about Kd per
+            query, a superset of the global top-Kd it holds), so there is no gather round; only
+            while ``queries x Kd <= PREFETCH_DOCS`` (a bigger batch gathers the documents it
+            needs in a second round instead of about twice as many in the first). False: always
+            two rounds.
         generator, record_extractor, num_threads: as :class:`Pipeline`.
+
+    After each batch, ``last_spans`` holds where its time went (seconds): ``encode``,
+    ``scatter`` (stage-1 calls out until every answer is in), and inside it ``dispatch`` (calls
+    out until the last shard started), ``shard_compute`` (the slowest shard's own stage-1 time),
+    ``ship`` (the slowest shard's packing of shipped documents) and ``reply`` (the last shard's
+    end until every answer is in; these two from ``time.time()``, meaningful on one node), ``fuse``, ``fetch`` (the gather round: calls,
+    answers, rows read), ``build`` (the gathered index), ``view`` (its pipeline, view and id
+    map), ``stages`` (stages 2-7) and ``to_global``; 0 for a part the batch skipped (a cached view).
     """
 
     def __init__(self, sharded: ShardedIndex, config: PipelineConfig | None = None, *, retries: int = 1,
                  doc_cache: int = 1024, view_cache: int = 16, protocol: str = "top", timeout_s: float | None = None,
-                 on_stage: Callable[[str], None] | None = None,
+                 on_stage: Callable[[str], None] | None = None, gather_from: str = "auto", prefetch: bool = True,
                  generator=None, record_extractor=None, num_threads: int | None = None):
         if not isinstance(sharded, ShardedIndex):
             raise TypeError(f"sharded: expected a ShardedIndex, got {type(sharded).__name__}")
@@ -99,21 +122,27 @@ class ShardedPipeline:
             raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
         if on_stage is not None and not callable(on_stage):
             raise TypeError(f"on_stage: expected None or a callable, got {type(on_stage).__name__}")
+        if gather_from not in GATHER_FROM:
+            raise ValueError(f"gather_from: expected one of {GATHER_FROM}, got {gather_from!r}")
         self.sharded, self.config, self.retries = sharded, config, retries
         self.on_stage = on_stage
         self.options = dict(generator=generator, record_extractor=record_extractor, num_threads=num_threads)
         # encodes queries exactly as the single-process pipeline does (an empty index: nothing else is read)
         self._encoder = Pipeline(KnowledgeIndex(sharded.encoders, dtype=sharded.dtype), sharded.encoders, config,
                                  **self.options)
-        self._docs: OrderedDict = OrderedDict()   # (doc_id, seq) -> (graph, vectors)
+        self._docs: OrderedDict = OrderedDict()   # (doc_id, seq) -> (graph, {store: (local, rows, offsets)})
+        self._files = RowFiles()
+        self._files_ok: dict[int, bool] = {}      # shard -> whether its vector files read here (auto)
+        self.gather_from, self.prefetch = gather_from, bool(prefetch)
+        self.last_spans: dict[str, float] = {}
         self._views: OrderedDict = OrderedDict()  # (map version, seqs) -> (Pipeline, IdMap)
         self._known: dict[int, dict] = {}         # shard -> its last answer's version, doc ids, units
         self._columns: dict = {}                  # (shard, shard version, map version) -> (cols, positions, units)
         self.last_shard_seconds: list[float] = []  # each shard's stage-1 compute time in the last batch
         self.doc_cache, self.view_cache = doc_cache, view_cache
         self.protocol, self.timeout_s = protocol, timeout_s
-        self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0, "top_batches": 0,
-                      "top_undecided": 0}
+        self.stats = {"batches": 0, "retries": 0, "documents_fetched": 0, "bytes_fetched": 0, "bytes_read": 0, "documents_shipped": 0,
+                      "top_batches": 0, "top_undecided": 0}
 
     def retrieve(self, query: Query | str) -> Result:
         return self.retrieve_batch([query])[0]
@@ -136,10 +165,11 @@ class ShardedPipeline:
     def _run(self, queries) -> list[Result]:
         ray = _ray()
         cfg, sh = self.config, self.sharded
+        spans = self.last_spans = dict.fromkeys(SPANS, 0.0)
         t0 = time.perf_counter()
         enc = self._encoder.encode(queries)
         qs = Pipeline._queries(queries)
-        t_encode = time.perf_counter() - t0
+        t_encode = spans["encode"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rows = side_rows(cfg, enc["has_image"], enc["image"])
         payload = {side: tuple(t.numpy() for t in (enc["text"] if side == "text" else enc["image"])) + (r,)
@@ -153,13 +183,20 @@ class ShardedPipeline:
         n_docs = len(order["ids"])
         one_side = sum(r.size for r in rows.values()) == len(qs)  # no query row on two sides
         recall = None
+        shipped: dict[str, tuple] = {}
         if self.protocol == "top" and one_side and all(i in self._known for i in range(n)):
-            answers = self._scatter(arg, cfg, top=True, order=order)
+            ship = self.prefetch and self.gather_from != "ray" and len(qs) * cfg.kd <= PREFETCH_DOCS
+            answers = self._scatter(arg, cfg, top=True, order=order, ship=ship)
+            for a in answers:
+                if "docs" in a:
+                    shipped.update((g.doc_id, (g, v)) for g, v in self._unpack(a["docs"]))
+            t1 = time.perf_counter()
             if all(a["mode"] == "top" for a in answers):
                 recall = fuse_top(len(qs), self._merge_top(answers, rows, order), n_docs, cfg)
                 self.stats["top_batches" if recall is not None else "top_undecided"] += 1
         if recall is None:
             answers = self._scatter(arg, cfg, top=False, order=order)
+            t1 = time.perf_counter()
             placed = [self._columns_of(i, order) for i in range(n)]
             per_side = []
             for side, r in rows.items():
@@ -171,36 +208,50 @@ class ShardedPipeline:
                 per_side.append((side, r, torch.from_numpy(scores), units))
             recall = fuse(len(qs), per_side, n_docs, cfg)
         t_recall = time.perf_counter() - t0
+        spans["fuse"] += time.perf_counter() - t1
         if self.on_stage is not None:
             self.on_stage("recall")
         t0 = time.perf_counter()
         positions = np.unique(np.concatenate(recall.docs)) if recall.docs else np.zeros(0, np.int64)
-        pipe, ids = self._gathered(positions.astype(np.int64), order)
+        pipe, ids = self._gathered(positions.astype(np.int64), order, shipped)
         t_gather = time.perf_counter() - t0
         if self.on_stage is not None:
             self.on_stage("gather")
         local = Recall([np.searchsorted(positions, d).astype(np.int64) for d in recall.docs], recall.scores,
                        recall.sides, recall.units, recall.paths)
+        t0 = time.perf_counter()
         results = pipe.retrieve_batch(qs, encoded=enc, recall=local)
+        t1 = time.perf_counter()
         self.stats["batches"] += 1
         for res in results:
             to_global(res, ids)
             res.timings.update(encode=t_encode, recall=t_recall, gather=t_gather)
+        spans["stages"], spans["to_global"] = t1 - t0, time.perf_counter() - t1
         return results
 
-    def _scatter(self, arg, cfg: PipelineConfig, *, top: bool, order: dict) -> list[dict]:
+    def _scatter(self, arg, cfg: PipelineConfig, *, top: bool, order: dict, ship: bool = False) -> list[dict]:
         """Stage 1 on every shard at once; learns each shard's document list when it changed."""
         sh = self.sharded
+        t0, sent = time.perf_counter(), time.time()
         refs = []
         for i in range(sh.map.n_shards):
             known = self._known.get(i, {}).get("version")
             skip = self._columns_of(i, order)[3].tolist() if top else None
-            refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip))
+            ship_i = ship and (self.gather_from == "files" or self._files_ok.get(i, True))
+            refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip,
+                                                          ship_i))
         answers = [sh.get(i, r, self.timeout_s) for i, r in enumerate(refs)]
+        spans, received = self.last_spans, time.time()
+        spans["scatter"] += time.perf_counter() - t0
+        # wall clocks of one node: the call's way out to the last shard to start, and back from the last to end
+        spans["dispatch"] += max(a["clock"][0] for a in answers) - sent
+        spans["reply"] += received - max(a["clock"][1] for a in answers)
+        spans["ship"] += max(a.get("ship_seconds", 0.0) for a in answers)
         for i, a in enumerate(answers):
             if "doc_ids" in a:
                 self._known[i] = {"version": a["version"], "doc_ids": a["doc_ids"], "units": a["units"]}
         self.last_shard_seconds = [a["seconds"] for a in answers]
+        self.last_spans["shard_compute"] += max(self.last_shard_seconds, default=0.0)
         return answers
 
     def _merge_top(self, answers: list[dict], rows: dict, order: dict) -> list[SideTop]:
@@ -236,7 +287,10 @@ class ShardedPipeline:
             self._columns[key] = got
         return got
 
-    def _gathered(self, positions: np.ndarray, order: dict) -> tuple[Pipeline, IdMap]:
+    def _gathered(self, positions: np.ndarray, order: dict, shipped: dict) -> tuple[Pipeline, IdMap]:
+        """The gathered index of the documents at global `positions` (cached per document
+        set), its pipeline and id map; documents come from the driver's cache, then `shipped`
+        (sent with stage 1), then one fetch call per shard for the rest."""
         sh = self.sharded
         doc_ids = [order["ids"][p] for p in positions.tolist()]
         seqs = tuple(sh.map.docs[d].seq for d in doc_ids)
@@ -244,16 +298,23 @@ class ShardedPipeline:
         if key in self._views:
             self._views.move_to_end(key)
             return self._views[key]
+        spans = self.last_spans
+        t0 = time.perf_counter()
         want: dict[int, list[str]] = {}
         for d in doc_ids:
-            if (d, sh.map.docs[d].seq) not in self._docs:
-                want.setdefault(sh.map.docs[d].shard, []).append(d)
-        refs = [(s, sh.actors[s].stored_documents.remote(ds)) for s, ds in want.items()]
-        for (s, r), ds in zip(refs, want.values()):
-            for d, (graph, vectors) in zip(ds, sh.get(s, r, self.timeout_s)):
-                self._docs[(d, sh.map.docs[d].seq)] = (graph, item_vectors(vectors, sh.dtype))
-                self.stats["documents_fetched"] += 1
-                self.stats["bytes_fetched"] += sum(a.nbytes for v in vectors.values() for a in v)
+            k = (d, sh.map.docs[d].seq)
+            if k in self._docs:
+                continue
+            if d in shipped:
+                try:
+                    self._docs[k] = self._rows_of(*shipped[d])
+                    self.stats["documents_shipped"] += 1
+                    continue
+                except (OSError, ValueError) as exc:  # the driver does not see that shard's files
+                    self._files_unreadable(sh.map.docs[d].shard, exc)
+            want.setdefault(sh.map.docs[d].shard, []).append(d)
+        for d, got in self._fetch(want).items():
+            self._docs[(d, sh.map.docs[d].seq)] = got
         items = []
         for d in doc_ids:
             k = (d, sh.map.docs[d].seq)
@@ -261,14 +322,59 @@ class ShardedPipeline:
             items.append(self._docs[k])
         while len(self._docs) > self.doc_cache:
             self._docs.popitem(last=False)
+        t1 = time.perf_counter()
         index = gathered_index(sh.encoders, sh.dtype, items)
+        t2 = time.perf_counter()
         pipe = Pipeline(index, sh.encoders, self.config, **self.options)
+        pipe.view()
         got = (pipe, IdMap(index, positions, order["node_first"], order["edge_first"]))
+        spans["fetch"], spans["build"], spans["view"] = t1 - t0, t2 - t1, time.perf_counter() - t2
         if self.view_cache:
             self._views[key] = got
             while len(self._views) > self.view_cache:
                 self._views.popitem(last=False)
         return got
 
+    def _fetch(self, want: dict[int, list[str]]) -> dict[str, tuple]:
+        """``{doc_id: (graph, {store: (local, rows, offsets)})}`` of the documents `want` lists
+        per shard: one call per shard, all in flight together; rows read from the shards' vector
+        files (``gather_from``), else as bytes."""
+        sh = self.sharded
+        by_file = {s: self.gather_from == "files" or (self.gather_from == "auto" and self._files_ok.get(s, True))
+                   for s in want}
+        refs = [(s, sh.actors[s].gather_documents.remote(ds, by_file[s])) for s, ds in want.items()]
+        answers = {s: self._unpack(sh.get(s, r, self.timeout_s)) for s, r in refs}
+        out, again = {}, {}
+        for s, ds in want.items():
+            try:
+                out.update(zip(ds, (self._rows_of(g, v) for g, v in answers[s])))
+            except (OSError, ValueError) as exc:  # the driver does not see this shard's files
+                self._files_unreadable(s, exc)
+                again[s] = ds
+        if again:
+            out.update(self._fetch(again))
+        self.stats["documents_fetched"] += sum(len(ds) for ds in want.values()) - sum(len(ds) for ds in again.values())
+        return out
 
-__all__ = ["PROTOCOLS", "RANKERS", "ShardedPipeline"]
+    def _unpack(self, bundle: dict) -> list[tuple]:
+        return unpack_documents(own_bundle(bundle) if self.doc_cache else bundle)
+
+    def _files_unreadable(self, shard: int, exc: BaseException) -> None:
+        if self.gather_from == "files":
+            raise ValueError(f"gather_from='files': shard {shard}'s vector files cannot be read here ({exc}); "
+                             "use 'auto' or 'ray'") from None
+        self._files_ok[shard] = False
+
+    def _rows_of(self, graph, vectors: dict) -> tuple:
+        """A fetched document with its rows in hand (:class:`FileRows` read from the file)."""
+        out = {}
+        for store, (local, rows, offsets) in vectors.items():
+            if isinstance(rows, FileRows):
+                rows = self._files.rows(rows, self.sharded.dtype)
+                self.stats["bytes_read"] += rows.nbytes
+            else:
+                self.stats["bytes_fetched"] += rows.nbytes
+            out[store] = (local, rows, offsets)
+        return graph, out
+
+__all__ = ["GATHER_FROM", "PROTOCOLS", "RANKERS", "ShardedPipeline"]

@@ -7,8 +7,10 @@ A shard answers two questions of the query path:
   best unit score for each query row, exactly as the single-process recall computes it
   (``pipeline.recall._side_scores`` over this shard's stores), with the document ids in the
   shard's order. The driver puts the columns in global order and fuses (:mod:`.fusion`).
-* :meth:`Shard.stored_documents` (the gather before stages 2-7): the recalled documents' graphs
-  and vectors, in the index's dtype, as :meth:`KnowledgeIndex.add_documents` takes them back.
+* :meth:`Shard.gather_documents` (the gather before stages 2-7): the recalled documents' graphs
+  and vectors as one bundle (:mod:`.bundle`), the rows as bytes or as where they lie in the
+  shard's vector files; stage 1 can ship its top lists' documents the same way (``ship``).
+  :meth:`Shard.stored_documents` gives them per document (a rebalancing move).
 
 Writes (:meth:`add`, :meth:`remove`) go through the shard's own :class:`KnowledgeIndex`
 directory (committed before the call returns). A shard opens its directory with encoders=None:
@@ -27,6 +29,7 @@ import torch
 from ..kg.index import KnowledgeIndex
 from ..pipeline.recall import IMAGE_STORES, TEXT_STORES, _side_scores
 from ..pipeline.view import IndexView
+from .bundle import pack_documents
 
 SIDE_STORES = {"text": TEXT_STORES, "image": IMAGE_STORES}
 
@@ -68,7 +71,7 @@ class Shard:
 
     # -- query path -------------------------------------------------------------------------------
     def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None, top: int | None = None,
-                      skip: list[int] | None = None) -> dict:
+                      skip: list[int] | None = None, ship: bool = False) -> dict:
         """Stage 1 on this shard.
 
         Args:
@@ -82,6 +85,10 @@ class Shard:
                 below); honoured only when `known` is the current version (the caller's column
                 numbers must be this shard's).
             skip: columns to leave out of `top` lists (documents the map does not list here).
+            ship: in mode top, also send the documents of the top lists (their graphs and where
+                their rows lie in this shard's vector files, :meth:`gather_documents` with
+                ``by_file``): the global top-Kd documents this shard holds are among them, so the
+                driver needs no second round to gather them.
 
         Returns ``{"version": str (this actor and its index version), "mode": "full" | "top",
         "seconds": compute time, side: ...}`` in this shard's document order, where side is
@@ -92,7 +99,11 @@ class Shard:
         and the min / max finite score (inf / -inf when none). When `known` is not ``version``,
         also ``"doc_ids": [D]`` and ``"units": {side: [D] int64}`` (each document's items in the
         side's stores, for every side), so the caller counts only the documents the map lists.
+        With `ship` in mode top, also ``"docs"``: their bundle (:meth:`gather_documents`);
+        ``"seconds"`` counts the scoring, ``"ship_seconds"`` the shipped documents' gathering, and
+        ``"clock"`` is ``(start, end)`` of this call in ``time.time()`` seconds (the caller's spans).
         """
+        clock = time.time()
         t0 = time.perf_counter()
         view = self._current_view()
         key = f"{self._token}:{view.version}"
@@ -111,6 +122,13 @@ class Shard:
             out["doc_ids"] = view.doc_ids
             out["units"] = {side: self._units(view, side) for side in SIDE_STORES}
         out["seconds"] = time.perf_counter() - t0
+        if use_top and ship:
+            t0 = time.perf_counter()
+            cols = np.unique(np.concatenate([c for side in sides for c in out[side]["cols"]] or [np.zeros(0, np.int64)]))
+            ids = [view.doc_ids[c] for c in cols.tolist()]
+            out["docs"] = self.gather_documents(ids, by_file=True)
+            out["ship_seconds"] = time.perf_counter() - t0
+        out["clock"] = (clock, time.time())
         return out
 
     def memory(self) -> dict:
@@ -148,8 +166,9 @@ class Shard:
         """``[(graph, {store: (local [k] int64, values [T, d], offsets [k+1] int64)})]`` of
         `doc_ids`, in that order: each document's graph and its items' vectors as numpy arrays
         (they pickle out of band, far cheaper than tensors; bfloat16 rows travel as int16 bits,
-        see :func:`.gather.item_vectors`). A document's items are one contiguous run of slots
-        in each store (the view's ``first_slot``), so each (document, store) is one slice."""
+        see :func:`.gather.item_vectors`): how a rebalancing move reads a document. A document's
+        items are one contiguous run of slots in each store (the view's ``first_slot``), so each
+        (document, store) is one slice."""
         view = self._current_view()
         numbers = np.asarray([self.index.doc_number(d) for d in doc_ids], np.int64)
         out = [(self.index.document(d), {}) for d in doc_ids]
@@ -165,6 +184,53 @@ class Shard:
                 lo, hi = int(sv.first_slot[at[i]]), int(sv.first_slot[at[i] + 1])
                 a, b = int(off[lo]), int(off[hi])
                 out[i][1][store] = (sv.local[lo:hi], values[a:b].numpy(), off[lo:hi + 1] - a)
+        return out
+
+    def gather_documents(self, doc_ids: list[str], by_file: bool = False) -> dict:
+        """The graphs and vectors of `doc_ids` as one bundle (:mod:`.bundle`): what the driver's
+        gather asks for. Per store, the documents' slot runs are cut out of the store at once
+        (a document's items are one contiguous run of slots, its rows one contiguous run of
+        rows); with `by_file` a store whose rows lie row for row in its vector file sends the
+        first file row of each run instead of the rows: the driver reads them there when it sees
+        the file, and no row travels (see :class:`.gather.RowFiles`)."""
+        view = self._current_view()
+        numbers = np.asarray([self.index.doc_number(d) for d in doc_ids], np.int64)
+        files = self._vector_files() if by_file else {}
+        stores = {}
+        for store, sv in view.stores.items():
+            if not sv.doc.size or not numbers.size:
+                continue
+            at = np.minimum(np.searchsorted(sv.numbers, numbers), sv.numbers.size - 1)
+            docs = np.flatnonzero(sv.numbers[at] == numbers)
+            if not docs.size:
+                continue
+            lo, hi = sv.first_slot[at[docs]], sv.first_slot[at[docs] + 1]
+            items = hi - lo
+            slots = np.repeat(lo - np.concatenate([[0], np.cumsum(items)[:-1]]), items) + np.arange(int(items.sum()))
+            off = self._offsets(store)
+            run = {"doc": docs.astype(np.int64), "items": items.astype(np.int64), "local": sv.local[slots],
+                   "lengths": off[slots + 1] - off[slots]}
+            if store in files:
+                run.update(path=files[store], start=off[lo].astype(np.int64), dim=int(view.vectors[store].values.shape[1]))
+            else:
+                values = view.vectors[store].values
+                values = (values.view(torch.int16) if values.dtype == torch.bfloat16 else values).numpy()
+                run["values"] = np.concatenate([values[a:b] for a, b in zip(off[lo].tolist(), off[hi].tolist())])
+            stores[store] = run
+        return pack_documents([self.index.document(d) for d in doc_ids], stores)
+
+    def _vector_files(self) -> dict[str, str]:
+        """``{store: path}`` of the stores whose view rows are their vector file's rows, row for
+        row: a directory-backed index maps each store's committed rows as they lie in its
+        append-only file (all documents in document order, as the store holds them); a store
+        whose row count differs (a legacy directory held in memory) is left out (its rows travel
+        as bytes)."""
+        view = self._current_view()
+        out = {}
+        for store, meta in self.index._vectors.items():  # noqa: SLF001 - file name and committed rows
+            v = view.vectors.get(store)
+            if v is not None and int(v.values.shape[0]) == int(meta["rows"]):
+                out[store] = str(self.index._vector_path(store))  # noqa: SLF001
         return out
 
     def _offsets(self, store: str) -> np.ndarray:
