@@ -302,3 +302,108 @@ def test_top_lists_merge_to_the_full_fusion_or_say_undecided(fusion):
             assert a.tobytes() == b.tobytes()
         assert full.units == got.units and full.sides == got.sides
     assert decided >= 40
+
+
+# -- the gather: bundles, rows read from the shards' files, documents shipped with stage 1 ---------
+
+def _assert_same_graph(a, b):
+    import dataclasses
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=True), f.name
+        else:
+            assert list(x) == list(y) if f.name.endswith(("name", "type", "text", "source", "keywords")) else x == y, f.name
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_bundles_carry_every_document_exactly(docs, tmp_path, dtype_name):
+    """No Ray: a shard in this process packs documents (rows as bytes, or where they lie in its
+    vector files); unpacking gives every graph field, item id, offset and row back unchanged."""
+    import torch
+    from colgraph_engine.distributed.bundle import pack_documents, unpack_documents
+    from colgraph_engine.distributed.gather import FileRows, RowFiles
+    from colgraph_engine.distributed.shard import Shard
+    dtype = getattr(torch, dtype_name)
+    KnowledgeIndex.create(tmp_path / "one", ENC, dtype=dtype).add_documents(docs[:9])
+    shard = Shard(tmp_path / "one")
+    ids = shard.documents()[::-1][:7]  # any order
+    files = RowFiles()
+    for by_file in (False, True):
+        got = unpack_documents(shard.gather_documents(ids, by_file))
+        assert [g.doc_id for g, _ in got] == ids
+        for d, (graph, vectors) in zip(ids, got):
+            _assert_same_graph(shard.index.document(d), graph)
+            want = shard.stored_documents([d])[0][1]
+            assert sorted(vectors) == sorted(want)
+            for store, (local, rows, offsets) in vectors.items():
+                assert isinstance(rows, FileRows) == by_file
+                if by_file:
+                    rows = files.rows(rows, dtype)
+                w_local, w_values, w_offsets = want[store]
+                assert np.array_equal(local, w_local) and np.array_equal(offsets, w_offsets)
+                assert rows.dtype == w_values.dtype and np.array_equal(rows, w_values)
+    # graphs holding plain lists (built in this process) pack the same way
+    built = [build_document_graph(d) for d in docs[:3]]
+    for a, (b, _) in zip(built, unpack_documents(pack_documents(built, {}))):
+        _assert_same_graph(a, b)
+
+
+def test_row_files_name_what_they_cannot_read(tmp_path):
+    from colgraph_engine.distributed.gather import FileRows, RowFiles
+    import torch
+    path = tmp_path / "entity.0123456789abcdef.bin"
+    np.arange(12, dtype=np.float32).tofile(path)  # 3 rows of 4
+    files = RowFiles()
+    assert files.rows(FileRows(str(path), 1, 3, 4), torch.float32).tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    with pytest.raises(ValueError, match="holds 3 rows"):
+        files.rows(FileRows(str(path), 2, 5, 4), torch.float32)
+    with pytest.raises(OSError):
+        files.rows(FileRows(str(tmp_path / "gone.bin"), 0, 1, 4), torch.float32)
+
+
+def test_gather_paths_and_shipping_give_identical_results(sharded, single):
+    qs = [q for q in questions() if not isinstance(q, Query) or q.image is None]
+    cfg = PipelineConfig(kd=5)
+    ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
+    for gather_from in ("files", "ray", "auto"):
+        for prefetch in (True, False):
+            pipe = ShardedPipeline(sharded, cfg, gather_from=gather_from, prefetch=prefetch, doc_cache=0, view_cache=0)
+            for _ in range(2):  # the first batch learns the shards' documents (every score), the second takes top lists
+                assert_identical(ref, pipe.retrieve_batch(qs), f"{gather_from} prefetch={prefetch}")
+            one = [pipe.retrieve(q) for q in qs[:3]]  # single queries: documents shipped with stage 1
+            assert_identical(ref[:3], one, f"{gather_from} prefetch={prefetch}, one at a time")
+            st = pipe.stats
+            assert (st["bytes_read"] > 0) == (gather_from != "ray") and (st["bytes_fetched"] > 0) == (gather_from == "ray")
+            assert (st["documents_shipped"] > 0) == (prefetch and gather_from != "ray"), st
+            assert set(pipe.last_spans) >= {"scatter", "fetch", "build", "stages"}
+            assert all(v >= 0 for v in pipe.last_spans.values())
+            if prefetch and gather_from != "ray":
+                assert pipe.last_spans["fetch"] < pipe.last_spans["scatter"]
+    with pytest.raises(ValueError, match="gather_from"):
+        ShardedPipeline(sharded, gather_from="disk")
+
+
+def test_a_driver_that_cannot_see_the_shard_files_falls_back_to_bytes(ray_session, single, tmp_path):
+    """The shards keep serving from their open (mapped) directory after it moved away: the
+    paths they name do not exist on the driver, as on a driver without the shards' file system."""
+    sh = ShardedIndex.from_index(single, tmp_path / "here", 2)
+    try:
+        qs = questions()[:4]
+        cfg = PipelineConfig(kd=6)
+        ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
+        shipped = ShardedPipeline(sh, cfg, gather_from="ray", doc_cache=0, view_cache=0)
+        shipped.retrieve_batch(qs)  # learns the shards' document lists (rows as bytes: no file mapped yet)
+        (tmp_path / "here").rename(tmp_path / "elsewhere")
+        with pytest.raises(ValueError, match="gather_from='files'"):
+            ShardedPipeline(sh, cfg, gather_from="files").retrieve_batch(qs)
+        auto = ShardedPipeline(sh, cfg)
+        assert_identical(ref, auto.retrieve_batch(qs), "auto, files unreadable")
+        assert auto.stats["bytes_fetched"] > 0 and auto.stats["bytes_read"] == 0
+        assert auto._files_ok == {0: False, 1: False}
+        shipped.gather_from = "auto"  # now stage 1 ships row ranges the driver cannot read: fetched as bytes
+        text = [q for q in qs if isinstance(q, str)][0]
+        assert summary(shipped.retrieve(text)) == summary(Pipeline(single, ENC, cfg).retrieve(text))
+        assert shipped.stats["documents_shipped"] == 0 and shipped._files_ok == {0: False, 1: False}
+    finally:
+        sh.close()
