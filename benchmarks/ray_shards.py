@@ -19,13 +19,21 @@ native kernels ``COLGRAPH_NUM_THREADS`` (default: every usable core) in every pr
 
 Variants, each query run by every variant back to back (round robin, so load drifts on the
 shared machine hit all alike): ``single`` (``Pipeline.retrieve``); ``S shards`` with S = 1, 2, 4
-(``ShardedPipeline.retrieve``, top-Kd protocol, no driver caches: every recalled document is
-fetched); ``2 shards, full`` (every score sent: the O(documents) protocol that image queries
-use); ``2 shards, doc cache`` (the driver's document cache warmed by one pass: only the gathered
-index is built). Overhead = the median over queries of (variant's latency - single's latency on
-the same query); also p50 / p99 of each. Stage times are the results' ``timings``; ``shard
-compute`` is the slowest shard's own stage-1 seconds, so ``recall - shard compute`` is the
-scatter/merge overhead. Batches of 16: ``retrieve_batch`` per query time, single vs 2 shards.
+(``ShardedPipeline.retrieve`` with its defaults: top-Kd protocol, rows read from the shards'
+vector files, the top lists' documents shipped with the stage-1 answers; no driver caches: every
+recalled document is gathered); ``2 shards, two rounds`` (``prefetch=False``: the documents
+fetched in a second call); ``2 shards, rows via Ray`` (``gather_from="ray"``: two rounds, the
+rows as bytes through Ray); ``2 shards, full`` (every score sent: the O(documents) protocol that
+image queries use); ``2 shards, doc cache`` (the driver's document cache warmed by one pass:
+only the gathered index is built); ``2 shards, N thread(s) each`` (each shard's native kernels
+get cores / shards threads, ``COLGRAPH_NUM_THREADS`` in the actors' runtime environment, instead
+of every core). Overhead = the median over queries of (variant's latency -
+single's latency on the same query); also p50 / p99 of each. Stage times are the results'
+``timings``; ``ShardedPipeline.last_spans`` (medians, in the json as ``spans_ms``) say where the
+sharded time goes: the call's dispatch, the slowest shard's stage 1, shipping, the reply, the
+merge, the gather's fetch, build and view, stages 2-7. Batches of 16: ``retrieve_batch`` per
+query time, single vs 2 shards (a batch that big gathers in a second round). The load average
+is recorded at the start and the end (the machine's 2 cores are shared).
 
 Every sharded result is compared with the single one (``Result.as_dict`` without timings, as
 JSON): the run fails on any difference. Writes ``results/ray_shards.md`` and ``.json``.
@@ -103,6 +111,7 @@ def main() -> None:
     cfg = PipelineConfig()
     single = Pipeline(index, enc, cfg)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    split = None
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ray_shards-"))
     out: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -116,13 +125,23 @@ def main() -> None:
             t0 = time.perf_counter()
             sharded[s] = ShardedIndex.from_index(index, tmp / f"s{s}", s)
             split_s[s] = time.perf_counter() - t0
+        s2 = 2 if 2 in sharded else shard_counts[0]
+        # the same shards with the cores split between them (native kernels cores / shards threads each)
+        per_shard = str(max(1, cores // s2))
+        split = ShardedIndex.from_index(index, tmp / "split", s2, actor_options={
+            "runtime_env": {"env_vars": {"COLGRAPH_NUM_THREADS": per_shard}}})
         variants = {"single": single}
         for s in shard_counts:
             variants[f"{s} shards"] = ShardedPipeline(sharded[s], cfg, doc_cache=0, view_cache=0)
-        s2 = 2 if 2 in sharded else shard_counts[0]
+        variants[f"{s2} shards, {per_shard} thread(s) each"] = ShardedPipeline(split, cfg, doc_cache=0, view_cache=0)
+        variants[f"{s2} shards, two rounds"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0,
+                                                               prefetch=False)
+        variants[f"{s2} shards, rows via Ray"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0,
+                                                                 gather_from="ray")
         variants[f"{s2} shards, full"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0, protocol="full")
         cached = ShardedPipeline(sharded[s2], cfg, doc_cache=1 << 20, view_cache=0)
         variants[f"{s2} shards, doc cache"] = cached
+        out["loadavg_start"] = os.getloadavg()
 
         for q in tqdm(warm, desc="warm-up"):
             for v in variants.values():
@@ -132,6 +151,7 @@ def main() -> None:
         lat = {name: [] for name in variants}
         stages = {name: {} for name in variants}
         shard_s = {name: [] for name in variants}
+        spans = {name: {} for name in variants}
         mismatches = {name: 0 for name in variants}
         for q in tqdm(timed, desc="timed (round robin)"):
             ref = None
@@ -145,6 +165,8 @@ def main() -> None:
                     ref = summary(r)
                 else:
                     shard_s[name].append(max(v.last_shard_seconds))
+                    for k, x in v.last_spans.items():
+                        spans[name].setdefault(k, []).append(x)
                     mismatches[name] += summary(r) != ref
         rows = []
         for name in variants:
@@ -155,6 +177,7 @@ def main() -> None:
                          "overhead_ms": 1e3 * statistics.median(paired) if name != "single" else 0.0,
                          "stages_ms": {k: 1e3 * x for k, x in st.items()},
                          "shard_compute_ms": 1e3 * statistics.median(shard_s[name]) if shard_s[name] else None,
+                         "spans_ms": {k: 1e3 * statistics.median(x) for k, x in spans[name].items()},
                          "mismatches": mismatches[name]})
         out["latency"] = rows
         out["fetch"] = {name: dict(v.stats) for name, v in variants.items() if name != "single"}
@@ -183,27 +206,37 @@ def main() -> None:
         payload = {"text": (e["text"][0].numpy(), e["text"][1].numpy(), np.arange(1))}
         answers_top = [sh.call(i, "recall_scores", payload, cfg.recall_ranker, p._known[i]["version"], cfg.kd, [])
                        for i in range(sh.map.n_shards)]
+        answers_ship = [sh.call(i, "recall_scores", payload, cfg.recall_ranker, p._known[i]["version"], cfg.kd, [],
+                                True) for i in range(sh.map.n_shards)]
         answers_full = [sh.call(i, "recall_scores", payload, cfg.recall_ranker, p._known[i]["version"])
                         for i in range(sh.map.n_shards)]
-        fetched = []
+        fetched = {"bytes": [], "files": [], "rows": []}
         for qq in timed[:10]:
             r = single.retrieve(qq)
             by_shard: dict[int, list[str]] = {}
             for d, _ in r.documents:
                 by_shard.setdefault(sh.map.shard_of(d), []).append(d)
-            fetched.append(sum(len(pickle.dumps(sh.call(i, "stored_documents", ds), protocol=5))
-                               for i, ds in by_shard.items()))
+            for how in ("bytes", "files"):
+                bundles = [sh.call(i, "gather_documents", ds, how == "files") for i, ds in by_shard.items()]
+                fetched[how].append(sum(len(pickle.dumps(b, protocol=5)) for b in bundles))
+            item = torch.empty(0, dtype=index.dtype).element_size()
+            fetched["rows"].append(sum(int(run["lengths"].sum()) * index.dims[st] * item for b in bundles
+                                       for st, run in b["stores"].items()))
         wire = {"query_payload_bytes": len(pickle.dumps(payload, protocol=5)),
                 "top_answer_bytes_per_shard": statistics.fmean(len(pickle.dumps(a, protocol=5)) for a in answers_top),
                 "full_answer_bytes_per_shard": statistics.fmean(len(pickle.dumps(a, protocol=5)) for a in answers_full),
-                "gather_bytes_per_query": statistics.fmean(fetched),
+                "ship_answer_bytes_per_shard": statistics.fmean(len(pickle.dumps(a, protocol=5)) for a in answers_ship),
+                "shipped_documents_per_shard": statistics.fmean(len(a["docs"]["ids"]) for a in answers_ship),
+                "gather_bytes_per_query": statistics.fmean(fetched["bytes"]),
+                "gather_file_refs_bytes_per_query": statistics.fmean(fetched["files"]),
+                "gather_rows_read_per_query": statistics.fmean(fetched["rows"]),
                 "documents_per_shard": len(index.documents) / sh.map.n_shards}
         out["wire"] = wire
         out["memory"] = {s: sharded[s].call_all("memory") for s in shard_counts}
         out["split_s"] = split_s
         out["loadavg_end"] = os.getloadavg()
     finally:
-        for s in list(locals().get("sharded", {}).values()):
+        for s in list(locals().get("sharded", {}).values()) + ([split] if split is not None else []):
             s.close()
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -232,6 +265,7 @@ def scaling_model(out: dict) -> dict:
     s1_per_doc = one["shard_compute_ms"] / 1e3 / docs
     w = out["wire"]
     gather_bytes = w["gather_bytes_per_query"]
+    gather_refs = w.get("gather_file_refs_bytes_per_query")
     top_answer = w["top_answer_bytes_per_shard"]
     full_per_doc = w["full_answer_bytes_per_shard"] / w["documents_per_shard"]  # 4 B per score + framing
     shard_ram = 64 * 2**30  # data per shard (ours: a 64 GiB slice, 4 shards on a 256 GiB node)
@@ -240,7 +274,8 @@ def scaling_model(out: dict) -> dict:
     pages_per_shard = PAGES / shards
     stage27 = sum(v for k, v in rows["2 shards"]["stages_ms"].items()
                   if k in ("merge", "seeds", "expand", "visual", "evidence", "context")) if "2 shards" in rows else None
-    gathered_build = rows["2 shards, doc cache"]["stages_ms"].get("gather") if "2 shards, doc cache" in rows else None
+    sp = rows["2 shards"].get("spans_ms", {}) if "2 shards" in rows else {}
+    gathered_build = sp["build"] + sp["view"] if sp else None
     return {"pages": PAGES, "vector_bytes_per_page": per_doc_vec, "graph_bytes_per_page": per_doc_graph,
             "part_bytes_per_page": per_doc_parts,
             "bytes_per_page": per_page, "total_bytes": PAGES * per_page, "shard_data_bytes": shard_ram,
@@ -249,7 +284,11 @@ def scaling_model(out: dict) -> dict:
             "stage1_s_per_shard_brute_force": s1_per_doc * pages_per_shard,
             "scatter_bytes": w["query_payload_bytes"] * shards, "top_answer_bytes": top_answer * shards,
             "full_answer_bytes_per_page": full_per_doc, "full_answer_bytes": full_per_doc * PAGES,
-            "gather_bytes": gather_bytes, "stages_2_7_ms": stage27, "gathered_build_ms": gathered_build}
+            "gather_bytes": gather_bytes, "gather_refs_bytes": gather_refs,
+            "gather_rows_read": w.get("gather_rows_read_per_query"),
+            "shipped_bytes_per_document": w["ship_answer_bytes_per_shard"] / w["shipped_documents_per_shard"],
+            "shipped_bytes": w["ship_answer_bytes_per_shard"] / w["shipped_documents_per_shard"] * shards * out["config"]["kd"],
+            "stages_2_7_ms": stage27, "gathered_build_ms": gathered_build}
 
 
 def report(out: dict) -> str:
@@ -257,7 +296,8 @@ def report(out: dict) -> str:
     rows = out["latency"]
     L = [f"# Sharded retrieval on Ray vs the single-process pipeline ({out['date']})", "",
          f"Machine: {out['machine']['cpu_model']}, {out['machine']['cpus_usable']} usable cores (shared; load average "
-         f"at the end {', '.join(f'{x:.1f}' for x in out['loadavg_end'])}); Ray {out['config']['ray']}; "
+         + (f"at the start {', '.join(f'{x:.1f}' for x in out['loadavg_start'])}, " if "loadavg_start" in out else "")
+         + f"at the end {', '.join(f'{x:.1f}' for x in out['loadavg_end'])}); Ray {out['config']['ray']}; "
          f"COLGRAPH_NUM_THREADS={out['config']['COLGRAPH_NUM_THREADS']}, torch threads 1.",
          f"Index: {out['index']['documents']} generated documents ({out['index']['counts']}), offline encoders "
          f"(128-d float32), {out['index']['how']}. {out['config']['questions']} text questions after "
@@ -279,30 +319,60 @@ def report(out: dict) -> str:
                  f"{shard} | {st.get('gather', 0):.1f} | {s27:.1f} |")
     L += ["", "Batches of {}: ".format(out["config"]["batch"]) + "; ".join(
         f"{b['variant']} {b['ms_per_query']:.1f} ms per query" for b in out["batch"]) + ".", ""]
+    L += ["Variants: `S shards` gather from the shards' vector files with the documents shipped in the stage-1 "
+          "answer (one round; the defaults), `two rounds` fetches them in a second call, `rows via Ray` moves the "
+          "rows as bytes through Ray in that second call (the previous design's data path), `full` sends every "
+          "score, `doc cache` has every document in the driver's cache, `N thread(s) each` gives each shard's native "
+          "kernels cores / shards threads instead of every core. Where the sharded time goes (medians, ms; "
+          "`dispatch` and `reply` from wall clocks of one node):", "",
+          "| variant | dispatch | slowest shard's stage 1 | ship | reply | fuse | fetch | build | view | stages 2-7 |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows[1:]:
+        sp = r.get("spans_ms", {})
+        if sp:
+            L.append(f"| {r['variant']} | " + " | ".join(f"{sp.get(k, 0):.1f}" for k in (
+                "dispatch", "shard_compute", "ship", "reply", "fuse", "fetch", "build", "view", "stages")) + " |")
+    L.append("")
     by = {r["variant"]: r for r in rows}
-    if "2 shards" in by and "2 shards, doc cache" in by:
-        two, cached = by["2 shards"], by["2 shards, doc cache"]
-        st, s1 = two["stages_ms"], by["single"]["stages_ms"]
-        target = "met" if two["overhead_ms"] <= 5 else "**not met**"
-        L += ["**Reading.** The target (overhead <= 5 ms per query with 2 shards) is " + target + f" here: "
-              f"{two['overhead_ms']:+.1f} ms cold, {cached['overhead_ms']:+.1f} ms with the driver's document cache "
-              "warm. Where it goes (2 shards, medians): the slowest shard's stage 1 takes "
-              f"{two['shard_compute_ms']:.1f} ms against {s1.get('recall', 0):.1f} ms in one process (on 2 shared "
-              "cores two shards cannot scan in parallel, and each runs the native kernels with the same thread count); "
-              f"the scatter round adds {st.get('recall', 0) - two['shard_compute_ms']:.1f} ms over it (Ray calls, "
-              f"merge); the gather {st.get('gather', 0):.1f} ms cold (moving ~{out['wire']['gather_bytes_per_query'] / 2**20:.1f}"
-              f" MiB of the Kd documents through Ray's object store from both shards, then building the gathered "
-              f"index) and {cached['stages_ms'].get('gather', 0):.1f} ms when every document is in the driver's cache "
-              "(the build alone). Stages 2-7 run on the gathered index no slower than on the whole one. The overhead "
-              "grows with the shard count by the extra Ray calls per round (1 -> 2 -> 4 shards above).", ""]
     w = out["wire"]
+    if all(k in by for k in ("2 shards", "2 shards, doc cache", "2 shards, two rounds", "2 shards, rows via Ray")):
+        two, cached, rounds, viaray = (by[k] for k in ("2 shards", "2 shards, doc cache", "2 shards, two rounds",
+                                                         "2 shards, rows via Ray"))
+        sp, s1 = two["spans_ms"], by["single"]["stages_ms"]
+        s27 = lambda r: sum(v for k, v in r["stages_ms"].items()  # noqa: E731
+                            if k in ("merge", "seeds", "expand", "visual", "evidence", "context"))
+        target = "met" if two["overhead_ms"] <= 5 else "**not met**"
+        L += ["**Reading.** The target (overhead <= 5 ms per query with 2 shards) is " + target + " in this run: "
+              f"{two['overhead_ms']:+.1f} ms cold (every document gathered; the last run before this change measured "
+              "+16.6), " f"{cached['overhead_ms']:+.1f} ms with the driver's document cache warm (was +6.8). Same run, "
+              f"same queries: two rounds {rounds['overhead_ms']:+.1f} ms, rows via Ray {viaray['overhead_ms']:+.1f} ms"
+              + "".join(f", {r['variant'].split(', ')[1]} {r['overhead_ms']:+.1f} ms" for r in rows
+                        if r["variant"].endswith(" each")) + ". "
+              f"Where it goes (2 shards, medians): the slowest shard's stage 1 takes {sp['shard_compute']:.1f} ms "
+              f"against {s1.get('recall', 0):.1f} ms for stage 1 in one process (two shards share the 2 cores); around "
+              f"it the driver's `.remote` calls take {sp['submit']:.1f} ms, the first shard starts after "
+              f"{sp['dispatch_first']:.1f} ms and the last after {sp['dispatch']:.1f} ms (it waits for a core while the "
+              f"first one scans), {sp['ship']:.1f} ms packing the shipped documents (its top lists, "
+              f"{w['shipped_documents_per_shard']:.0f} per shard, {w['ship_answer_bytes_per_shard'] / 1024:.0f} KiB "
+              f"per answer: {'under' if w['ship_answer_bytes_per_shard'] < 100 * 1024 else 'over'} Ray's 100 KiB inline "
+              f"limit for answers carried in the reply) and {sp['reply']:.1f} ms until both answers are in; the "
+              f"merge {sp['fuse']:.1f} ms; the gather {sp['fetch']:.1f} ms (unpacking and reading "
+              f"{w['gather_rows_read_per_query'] / 2**20:.1f} MiB of rows from the shards' files, no second round; "
+              f"{rounds['spans_ms']['fetch']:.1f} ms as a second round, {viaray['spans_ms']['fetch']:.1f} ms with the "
+              f"rows through Ray), the gathered index {sp['build']:.1f} ms and its view {sp['view']:.1f} ms; stages 2-7 "
+              f"{s27(two):.1f} ms against {s27(by['single']):.1f} ms on the whole index. The overhead grows with the "
+              "shard count by the extra calls and answers per round (1 -> 2 -> 4 shards above).", ""]
     L += ["## Bytes per query (2 shards)", "",
           f"* scatter: {w['query_payload_bytes']:,} B of packed query tokens per shard;",
           f"* stage-1 answers: {w['top_answer_bytes_per_shard']:,.0f} B per shard with the top-Kd protocol, "
+          f"{w['ship_answer_bytes_per_shard']:,.0f} B with the top lists' documents shipped "
+          f"({w['shipped_documents_per_shard']:.0f} documents: graphs and row ranges), "
           f"{w['full_answer_bytes_per_shard']:,.0f} B with every score ({w['documents_per_shard']:.0f} documents "
           "per shard);",
-          f"* gather: {w['gather_bytes_per_query']:,.0f} B per query (the Kd documents' graphs and vectors, "
-          "pickled), none for documents in the driver's cache.", "",
+          f"* gather: {w['gather_file_refs_bytes_per_query']:,.0f} B per query through Ray (the Kd documents' graphs "
+          f"and row ranges) plus {w['gather_rows_read_per_query']:,.0f} B of rows read from the shards' vector files; "
+          f"{w['gather_bytes_per_query']:,.0f} B through Ray when the driver does not see the files (rows as "
+          "bytes); none for documents in the driver's cache.", "",
           "## Memory per shard", "", "| shards | documents | items | vector MiB | graph MiB | part files MiB | actor RSS MiB |",
           "|---:|---:|---:|---:|---:|---:|---:|"]
     for s, mems in out["memory"].items():
@@ -330,9 +400,16 @@ def report(out: dict) -> str:
           f"with every score (image + text fused queries) {m['full_answer_bytes'] / 2**30:.2f} GiB "
           f"({m['full_answer_bytes_per_page']:.1f} B per page): not viable, such queries need the top-Kd exchange "
           "generalised to two sides (a second round for the candidates' exact ranks); "
-          f"gather {m['gather_bytes'] / 2**20:.2f} MiB (Kd documents, independent of the corpus size).",
+          f"gather (Kd documents, independent of the corpus size): {m['gather_refs_bytes'] / 1024:.0f} KiB of graphs "
+          f"and row ranges through Ray plus {m['gather_rows_read'] / 2**20:.2f} MiB of rows read from the shards' "
+          "vector files, which on a cluster means a shared file system (its network) or a driver on the node of "
+          f"the shards' disks; else {m['gather_bytes'] / 2**20:.2f} MiB through Ray. Shipping the documents with "
+          f"stage 1 moves S x Kd documents' graphs (~{m['shipped_bytes_per_document'] / 1024:.0f} KiB each): "
+          f"{m['shipped_bytes'] / 2**20:.0f} MiB per query at {m['shards']:,} shards, so there the driver takes the "
+          "second round (it ships only while shards x queries x Kd <= 64).",
           "* **Expected latency** (text query, top-Kd protocol): encode + max over shards of stage 1 + 2 RTTs "
-          f"(scatter, gather; ~1 ms in a datacenter) + gathered-index build ({m['gathered_build_ms'] or 0:.1f} ms here) "
+          f"(scatter, gather; ~1 ms in a datacenter; 1 RTT with shipping, on few shards) + reading the rows + "
+          f"gathered-index build and view ({m['gathered_build_ms'] or 0:.1f} ms here) "
           f"+ stages 2-7 ({m['stages_2_7_ms'] or 0:.1f} ms here, independent of the corpus size) + the driver's merge "
           "of S x Kd candidates (sub-ms up to thousands of shards); with brute-force stage 1 the first term "
           "dominates by three orders of magnitude (above); with a prefilter at ~1% of units scanned it would be "

@@ -87,10 +87,12 @@ def _pack_strings(columns: list) -> tuple[np.ndarray, np.ndarray]:
     return (np.concatenate(blobs) if blobs else np.zeros(0, np.uint8)), offsets
 
 
-def unpack_documents(bundle: dict) -> list[tuple[DocumentGraph, dict]]:
+def unpack_documents(bundle: dict, select: list[int] | None = None) -> list[tuple[DocumentGraph, dict]]:
     """``[(graph, {store: (local [k] int64, rows, offsets [k+1] int64)})]`` from a bundle, in
-    its order; rows a ``[T, d]`` slice of the bundle's values or a :class:`FileRows`."""
+    its order, or only its documents at positions `select` (in that order); rows a ``[T, d]``
+    slice of the bundle's values or a :class:`FileRows`."""
     k = len(bundle["ids"])
+    select = list(range(k)) if select is None else list(select)
     n, m = bundle["n_nodes"], bundle["n_edges"]
     node_at = np.concatenate([[0], np.cumsum(n)]).tolist()
     edge_at = np.concatenate([[0], np.cumsum(m)]).tolist()
@@ -101,7 +103,7 @@ def unpack_documents(bundle: dict) -> list[tuple[DocumentGraph, dict]]:
         prov[name] = (lengths, ends[at].tolist())
     strings = {name: bundle[name] for name in NODE_STRINGS + EDGE_STRINGS}
     graphs = []
-    for i in range(k):
+    for i in select:
         a, b, c, d = node_at[i], node_at[i + 1], edge_at[i], edge_at[i + 1]
         cols = {name: bundle[name][a:b] for name in NODE_ARRAYS}
         cols.update({name: bundle[name][c:d] for name in EDGE_ARRAYS})
@@ -116,12 +118,14 @@ def unpack_documents(bundle: dict) -> list[tuple[DocumentGraph, dict]]:
         issues, pixels = bundle["extras"].get(i, ([], {}))
         graphs.append(DocumentGraph(doc_id=bundle["ids"][i], title=bundle["titles"][i], issues=list(issues),
                                     pixels=dict(pixels), **cols))
-    vectors: list[dict] = [{} for _ in range(k)]
+    vectors: dict[int, dict] = {i: {} for i in select}
     for store, st in bundle["stores"].items():
         item_at = np.concatenate([[0], np.cumsum(st["items"])]).tolist()
         row_ends = np.concatenate([[0], np.cumsum(st["lengths"])])
         row_at = row_ends[item_at].tolist()
         for j, i in enumerate(st["doc"].tolist()):
+            if i not in vectors:
+                continue
             lo, hi = item_at[j], item_at[j + 1]
             offsets = row_ends[lo:hi + 1] - row_ends[lo]
             t = row_at[j + 1] - row_at[j]
@@ -131,7 +135,7 @@ def unpack_documents(bundle: dict) -> list[tuple[DocumentGraph, dict]]:
             else:
                 rows = st["values"][row_at[j]:row_at[j + 1]]
             vectors[i][store] = (st["local"][lo:hi], rows, offsets)
-    return list(zip(graphs, vectors))
+    return [(g, vectors[i]) for g, i in zip(graphs, select)]
 
 
 def own_bundle(bundle: dict) -> dict:

@@ -104,10 +104,14 @@ class _GatheredIndex(KnowledgeIndex):
             values = torch.from_numpy(np.concatenate([rows for _, (_, rows, _) in pieces]))  # one copy: its own rows
             if self.dtype == torch.bfloat16:
                 values = values.view(torch.bfloat16)
-            lengths = np.concatenate([np.diff(off) for _, (_, _, off) in pieces])
+            # every document's offsets [k+1] end to end: one diff, less the steps between documents
+            ends = np.concatenate([off for _, (_, _, off) in pieces])
+            sizes = np.asarray([off.size for _, (_, _, off) in pieces])
+            lengths = np.delete(np.diff(ends), np.cumsum(sizes)[:-1] - 1)
             offsets = np.zeros(lengths.size + 1, np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            uids = np.concatenate([make_uid(i, local) for i, (local, _, _) in pieces])
+            uids = make_uid(np.repeat([i for i, _ in pieces], sizes - 1),
+                            np.concatenate([local for _, (local, _, _) in pieces]))
             self.stores[store] = PackedStore.wrap(values, torch.from_numpy(offsets), torch.from_numpy(uids))
 
 

@@ -55,10 +55,10 @@ from .bundle import own_bundle, unpack_documents
 from .gather import FileRows, IdMap, RowFiles, gathered_index, to_global
 
 RANKERS = ("maxsim", "pooled")
-SPANS = ("encode", "scatter", "dispatch", "shard_compute", "ship", "reply", "fuse", "fetch", "build", "view", "stages", "to_global")
+SPANS = ("encode", "scatter", "submit", "dispatch_first", "dispatch", "shard_compute", "ship", "reply", "fuse", "fetch", "build", "view", "stages", "to_global")
 PROTOCOLS = ("top", "full")
 GATHER_FROM = ("auto", "files", "ray")
-PREFETCH_DOCS = 64  # ours: stage 1 ships its top lists' documents while a batch asks for at most this many
+PREFETCH_DOCS = 64  # ours: stage 1 ships its top lists' documents while shards x queries x Kd is at most this
 INLINE_BYTES = 100_000
 
 
@@ -86,14 +86,15 @@ class ShardedPipeline:
         prefetch: in the top-Kd protocol with rows read from files, each shard sends with its
             stage-1 answer the documents of its top lists (graphs and row ranges: about Kd per
             query, a superset of the global top-Kd it holds), so there is no gather round; only
-            while ``queries x Kd <= PREFETCH_DOCS`` (a bigger batch gathers the documents it
-            needs in a second round instead of about twice as many in the first). False: always
-            two rounds.
+            while ``shards x queries x Kd <= PREFETCH_DOCS`` (the shards ship that many documents
+            where the driver needs about Kd per query: with more shards or a bigger batch, a
+            second round moves fewer). False: always two rounds.
         generator, record_extractor, num_threads: as :class:`Pipeline`.
 
     After each batch, ``last_spans`` holds where its time went (seconds): ``encode``,
-    ``scatter`` (stage-1 calls out until every answer is in), and inside it ``dispatch`` (calls
-    out until the last shard started), ``shard_compute`` (the slowest shard's own stage-1 time),
+    ``scatter`` (stage-1 calls out until every answer is in), and inside it ``submit`` (the
+    driver's ``.remote`` calls), ``dispatch_first`` / ``dispatch`` (calls out until the first /
+    the last shard started), ``shard_compute`` (the slowest shard's own stage-1 time),
     ``ship`` (the slowest shard's packing of shipped documents) and ``reply`` (the last shard's
     end until every answer is in; these two from ``time.time()``, meaningful on one node), ``fuse``, ``fetch`` (the gather round: calls,
     answers, rows read), ``build`` (the gathered index), ``view`` (its pipeline, view and id
@@ -183,13 +184,11 @@ class ShardedPipeline:
         n_docs = len(order["ids"])
         one_side = sum(r.size for r in rows.values()) == len(qs)  # no query row on two sides
         recall = None
-        shipped: dict[str, tuple] = {}
+        shipped: list[dict] = []
         if self.protocol == "top" and one_side and all(i in self._known for i in range(n)):
-            ship = self.prefetch and self.gather_from != "ray" and len(qs) * cfg.kd <= PREFETCH_DOCS
+            ship = self.prefetch and self.gather_from != "ray" and n * len(qs) * cfg.kd <= PREFETCH_DOCS
             answers = self._scatter(arg, cfg, top=True, order=order, ship=ship)
-            for a in answers:
-                if "docs" in a:
-                    shipped.update((g.doc_id, (g, v)) for g, v in self._unpack(a["docs"]))
+            shipped = [a["docs"] for a in answers if "docs" in a]
             t1 = time.perf_counter()
             if all(a["mode"] == "top" for a in answers):
                 recall = fuse_top(len(qs), self._merge_top(answers, rows, order), n_docs, cfg)
@@ -240,11 +239,13 @@ class ShardedPipeline:
             ship_i = ship and (self.gather_from == "files" or self._files_ok.get(i, True))
             refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip,
                                                           ship_i))
+        self.last_spans["submit"] += time.perf_counter() - t0
         answers = [sh.get(i, r, self.timeout_s) for i, r in enumerate(refs)]
         spans, received = self.last_spans, time.time()
         spans["scatter"] += time.perf_counter() - t0
         # wall clocks of one node: the call's way out to the last shard to start, and back from the last to end
         spans["dispatch"] += max(a["clock"][0] for a in answers) - sent
+        spans["dispatch_first"] += min(a["clock"][0] for a in answers) - sent
         spans["reply"] += received - max(a["clock"][1] for a in answers)
         spans["ship"] += max(a.get("ship_seconds", 0.0) for a in answers)
         for i, a in enumerate(answers):
@@ -287,10 +288,11 @@ class ShardedPipeline:
             self._columns[key] = got
         return got
 
-    def _gathered(self, positions: np.ndarray, order: dict, shipped: dict) -> tuple[Pipeline, IdMap]:
+    def _gathered(self, positions: np.ndarray, order: dict, shipped: list[dict]) -> tuple[Pipeline, IdMap]:
         """The gathered index of the documents at global `positions` (cached per document
         set), its pipeline and id map; documents come from the driver's cache, then `shipped`
-        (sent with stage 1), then one fetch call per shard for the rest."""
+        (bundles sent with stage 1; only the documents needed are unpacked), then one fetch call
+        per shard for the rest."""
         sh = self.sharded
         doc_ids = [order["ids"][p] for p in positions.tolist()]
         seqs = tuple(sh.map.docs[d].seq for d in doc_ids)
@@ -300,19 +302,23 @@ class ShardedPipeline:
             return self._views[key]
         spans = self.last_spans
         t0 = time.perf_counter()
-        want: dict[int, list[str]] = {}
-        for d in doc_ids:
-            k = (d, sh.map.docs[d].seq)
-            if k in self._docs:
-                continue
-            if d in shipped:
+        missing = [d for d in doc_ids if (d, sh.map.docs[d].seq) not in self._docs]
+        where = {d: (b, i) for b, bundle in enumerate(shipped) for i, d in enumerate(bundle["ids"])}
+        picks: dict[int, list[int]] = {}
+        for d in missing:
+            if d in where:
+                picks.setdefault(where[d][0], []).append(where[d][1])
+        for b, sel in picks.items():
+            for graph, vectors in self._unpack(shipped[b], sel):
                 try:
-                    self._docs[k] = self._rows_of(*shipped[d])
+                    self._docs[(graph.doc_id, sh.map.docs[graph.doc_id].seq)] = self._rows_of(graph, vectors)
                     self.stats["documents_shipped"] += 1
-                    continue
                 except (OSError, ValueError) as exc:  # the driver does not see that shard's files
-                    self._files_unreadable(sh.map.docs[d].shard, exc)
-            want.setdefault(sh.map.docs[d].shard, []).append(d)
+                    self._files_unreadable(sh.map.docs[graph.doc_id].shard, exc)
+        want: dict[int, list[str]] = {}
+        for d in missing:
+            if (d, sh.map.docs[d].seq) not in self._docs:
+                want.setdefault(sh.map.docs[d].shard, []).append(d)
         for d, got in self._fetch(want).items():
             self._docs[(d, sh.map.docs[d].seq)] = got
         items = []
@@ -356,8 +362,8 @@ class ShardedPipeline:
         self.stats["documents_fetched"] += sum(len(ds) for ds in want.values()) - sum(len(ds) for ds in again.values())
         return out
 
-    def _unpack(self, bundle: dict) -> list[tuple]:
-        return unpack_documents(own_bundle(bundle) if self.doc_cache else bundle)
+    def _unpack(self, bundle: dict, select: list[int] | None = None) -> list[tuple]:
+        return unpack_documents(own_bundle(bundle) if self.doc_cache else bundle, select)
 
     def _files_unreadable(self, shard: int, exc: BaseException) -> None:
         if self.gather_from == "files":

@@ -59,7 +59,7 @@ class Shard:
     def _current_view(self) -> IndexView:
         if self._view is None or self._view.graph is not self.index.graph or self._view.version != self.index.version:
             self._view = IndexView(self.index)
-            self._units_cache: dict[str, np.ndarray] = {}  # per view: units per side, store offsets
+            self._units_cache: dict = {}  # per view: units per side, store offsets, vector files
         return self._view
 
     def ping(self) -> int:
@@ -226,7 +226,9 @@ class Shard:
         whose row count differs (a legacy directory held in memory) is left out (its rows travel
         as bytes)."""
         view = self._current_view()
-        out = {}
+        if "files" in self._units_cache:
+            return self._units_cache["files"]
+        out = self._units_cache["files"] = {}
         for store, meta in self.index._vectors.items():  # noqa: SLF001 - file name and committed rows
             v = view.vectors.get(store)
             if v is not None and int(v.values.shape[0]) == int(meta["rows"]):
