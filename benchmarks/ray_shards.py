@@ -13,8 +13,9 @@ float32), opened from ``benchmarks/.cache/`` (built there when missing). Questio
 ``pipeline_report.make_questions`` (text only, so stage 1 uses one side and the top-Kd
 protocol). Default :class:`PipelineConfig` (Kd 10).
 
-Shards: ``ShardedIndex.from_index`` (same documents, same order) into a temporary folder, on a
-local Ray instance (``ray.init(num_cpus=<cores>)``), torch's intra-op pool 1 in every process,
+Shards: ``ShardedIndex.from_index`` (same documents, same order) into a temporary folder, then
+opened (``ShardedIndex.open``: each shard maps its graphs from its part files, as a deployed
+index is served), on a local Ray instance (``ray.init(num_cpus=<cores>)``), torch's intra-op pool 1 in every process,
 native kernels ``COLGRAPH_NUM_THREADS`` (default: every usable core) in every process.
 
 Variants, each query run by every variant back to back (round robin, so load drifts on the
@@ -123,12 +124,14 @@ def main() -> None:
         sharded, split_s = {}, {}
         for s in shard_counts:
             t0 = time.perf_counter()
-            sharded[s] = ShardedIndex.from_index(index, tmp / f"s{s}", s)
+            ShardedIndex.from_index(index, tmp / f"s{s}", s).close()
             split_s[s] = time.perf_counter() - t0
+            # served as a deployed index is: opened from its directories (graphs mapped from the part files)
+            sharded[s] = ShardedIndex.open(tmp / f"s{s}", enc)
         s2 = 2 if 2 in sharded else shard_counts[0]
         # the same shards with the cores split between them (native kernels cores / shards threads each)
         per_shard = str(max(1, cores // s2))
-        split = ShardedIndex.from_index(index, tmp / "split", s2, actor_options={
+        split = ShardedIndex.open(tmp / f"s{s2}", enc, actor_options={
             "runtime_env": {"env_vars": {"COLGRAPH_NUM_THREADS": per_shard}}})
         variants = {"single": single}
         for s in shard_counts:

@@ -324,15 +324,23 @@ def test_bundles_carry_every_document_exactly(docs, tmp_path, dtype_name):
     from colgraph_engine.distributed.bundle import pack_documents, unpack_documents
     from colgraph_engine.distributed.gather import FileRows, RowFiles
     from colgraph_engine.distributed.shard import Shard
+    from colgraph_engine.distributed.bundle import PartRef
+    from colgraph_engine.kg.parts import MappedPart
     dtype = getattr(torch, dtype_name)
     KnowledgeIndex.create(tmp_path / "one", ENC, dtype=dtype).add_documents(docs[:9])
-    shard = Shard(tmp_path / "one")
-    ids = shard.documents()[::-1][:7]  # any order
+    shard = Shard(tmp_path / "one")  # its documents are read from the part file (mapped)
+    held = build_document_graph(docs[9])
+    shard.add([held], [encode_document(held, ENC)])  # this one is held in memory: it travels whole
+    ids = [held.doc_id] + shard.documents()[::-1][:6]  # any order
     files = RowFiles()
     for by_file in (False, True):
         got = unpack_documents(shard.gather_documents(ids, by_file))
         assert [g.doc_id for g, _ in got] == ids
         for d, (graph, vectors) in zip(ids, got):
+            assert isinstance(graph, PartRef) == (by_file and d != held.doc_id)
+            if isinstance(graph, PartRef):  # the same file the shard reads (header sha256 checked)
+                graph = MappedPart(Path(graph.path), shard.index.dims, dtype, header_sha256=graph.header_sha256
+                                   ).document(graph.pos)
             _assert_same_graph(shard.index.document(d), graph)
             want = shard.stored_documents([d])[0][1]
             assert sorted(vectors) == sorted(want)
@@ -343,6 +351,10 @@ def test_bundles_carry_every_document_exactly(docs, tmp_path, dtype_name):
                 w_local, w_values, w_offsets = want[store]
                 assert np.array_equal(local, w_local) and np.array_equal(offsets, w_offsets)
                 assert rows.dtype == w_values.dtype and np.array_equal(rows, w_values)
+        bundle = shard.gather_documents(ids, by_file)
+        some = unpack_documents(bundle, [3, 0])  # only these documents, in this order
+        for (a, va), (b, vb) in zip(some, [unpack_documents(bundle)[i] for i in (3, 0)]):
+            assert a.doc_id == b.doc_id and sorted(va) == sorted(vb)
     # graphs holding plain lists (built in this process) pack the same way
     built = [build_document_graph(d) for d in docs[:3]]
     for a, (b, _) in zip(built, unpack_documents(pack_documents(built, {}))):
@@ -407,3 +419,21 @@ def test_a_driver_that_cannot_see_the_shard_files_falls_back_to_bytes(ray_sessio
         assert shipped.stats["documents_shipped"] == 0 and shipped._files_ok == {0: False, 1: False}
     finally:
         sh.close()
+
+
+def test_row_files_keep_one_mapping_per_store_of_a_shard(tmp_path):
+    """A removal writes a store's rows to a new file: mapping it drops the old file's mapping
+    (its disk space is freed once nothing else holds it), other stores and shards keep theirs."""
+    from colgraph_engine.distributed.gather import FileRows, RowFiles
+    import torch
+    for name in ("a/vectors/entity.01.bin", "a/vectors/entity.02.bin", "a/vectors/segment.03.bin",
+                 "b/vectors/entity.04.bin"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        np.ones(8, np.float32).tofile(tmp_path / name)
+    files = RowFiles()
+    first = files.rows(FileRows(str(tmp_path / "a/vectors/entity.01.bin"), 0, 2, 4), torch.float32)
+    for name in ("a/vectors/segment.03.bin", "b/vectors/entity.04.bin", "a/vectors/entity.02.bin"):
+        files.rows(FileRows(str(tmp_path / name), 0, 1, 4), torch.float32)
+    assert sorted(Path(p).relative_to(tmp_path).as_posix() for p in files._maps) == [
+        "a/vectors/entity.02.bin", "a/vectors/segment.03.bin", "b/vectors/entity.04.bin"]
+    assert first.tolist() == [[1.0] * 4] * 2  # a slice handed out stays readable

@@ -10,8 +10,12 @@ document count (measured in ``benchmarks/results/ray_shards.md``).
 
 Layout (``k`` documents, in the order asked for)::
 
-    ids, titles                   [k] str
-    n_nodes, n_edges              [k] int64
+    ids                           [k] str, every document
+    refs                          {"paths": [p] str, "sha256": [p], "of": [k] int64 (the part file of
+                                   each document sent as a PartRef, -1: its graph is packed below),
+                                   "pos": [k] int64 its position in that part}
+    titles                        [g] str, the g packed graphs (the rest of the layout: those only)
+    n_nodes, n_edges              [g] int64
     node_kind ... node_image      node columns of all documents, concatenated ([sum n] rows)
     node_prov_len, node_prov      per node its provenance count, and the provenance, concatenated
     edge_src ... edge_weight      edge columns, concatenated ([sum m]; ids stay local)
@@ -31,6 +35,7 @@ compare each field); vector rows become ``numpy`` slices of the bundle, or :clas
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,10 +55,28 @@ if _MISSING:  # a field added to DocumentGraph must be carried here, not dropped
     raise ImportError(f"colgraph_engine.distributed.bundle: DocumentGraph fields {sorted(_MISSING)} are not carried")
 
 
-def pack_documents(graphs: list[DocumentGraph], stores: dict[str, dict]) -> dict:
-    """The bundle of `graphs` (in that order) and their `stores` (the ``stores`` entry of the
+@dataclass(frozen=True)
+class PartRef:
+    """A document's graph as it lies in a version-3 part file (:class:`~colgraph_engine.kg.parts.MappedPart`):
+    the file's path as the shard sees it, its header's sha256 (from the shard's manifest: the
+    reader checks it sees the same file) and the document's position in it."""
+    path: str
+    header_sha256: str | None
+    pos: int
+    doc_id: str
+
+
+def pack_documents(docs: list, stores: dict[str, dict]) -> dict:
+    """The bundle of `docs` (in that order: each a :class:`DocumentGraph`, packed here, or a
+    :class:`PartRef`, sent as that reference) and their `stores` (the ``stores`` entry of the
     layout above, built by the sender: see :meth:`.shard.Shard.gather_documents`)."""
-    out: dict = {"ids": [g.doc_id for g in graphs], "titles": [g.title for g in graphs],
+    paths: dict[tuple, int] = {}
+    ref_of = np.asarray([paths.setdefault((d.path, d.header_sha256), len(paths)) if isinstance(d, PartRef) else -1
+                         for d in docs], np.int64)
+    graphs = [d for d in docs if not isinstance(d, PartRef)]
+    out: dict = {"ids": [d.doc_id for d in docs], "titles": [g.title for g in graphs],
+                 "refs": {"paths": [p for p, _ in paths], "sha256": [h for _, h in paths], "of": ref_of,
+                          "pos": np.asarray([d.pos if isinstance(d, PartRef) else -1 for d in docs], np.int64)},
                  "n_nodes": np.asarray([g.n_nodes for g in graphs], np.int64),
                  "n_edges": np.asarray([g.n_edges for g in graphs], np.int64), "stores": stores}
     for name in NODE_ARRAYS + EDGE_ARRAYS + PROVENANCE:
@@ -87,12 +110,15 @@ def _pack_strings(columns: list) -> tuple[np.ndarray, np.ndarray]:
     return (np.concatenate(blobs) if blobs else np.zeros(0, np.uint8)), offsets
 
 
-def unpack_documents(bundle: dict, select: list[int] | None = None) -> list[tuple[DocumentGraph, dict]]:
+def unpack_documents(bundle: dict, select: list[int] | None = None) -> list[tuple[DocumentGraph | PartRef, dict]]:
     """``[(graph, {store: (local [k] int64, rows, offsets [k+1] int64)})]`` from a bundle, in
-    its order, or only its documents at positions `select` (in that order); rows a ``[T, d]``
-    slice of the bundle's values or a :class:`FileRows`."""
+    its order, or only its documents at positions `select` (in that order); graph a
+    :class:`DocumentGraph` or a :class:`PartRef`; rows a ``[T, d]`` slice of the bundle's
+    values or a :class:`FileRows`."""
     k = len(bundle["ids"])
     select = list(range(k)) if select is None else list(select)
+    refs = bundle["refs"]
+    packed_at = (np.cumsum(refs["of"] < 0) - 1).tolist()  # position among the packed graphs
     n, m = bundle["n_nodes"], bundle["n_edges"]
     node_at = np.concatenate([[0], np.cumsum(n)]).tolist()
     edge_at = np.concatenate([[0], np.cumsum(m)]).tolist()
@@ -103,7 +129,12 @@ def unpack_documents(bundle: dict, select: list[int] | None = None) -> list[tupl
         prov[name] = (lengths, ends[at].tolist())
     strings = {name: bundle[name] for name in NODE_STRINGS + EDGE_STRINGS}
     graphs = []
-    for i in select:
+    for at in select:
+        if refs["of"][at] >= 0:
+            j = int(refs["of"][at])
+            graphs.append(PartRef(refs["paths"][j], refs["sha256"][j], int(refs["pos"][at]), bundle["ids"][at]))
+            continue
+        i = packed_at[at]
         a, b, c, d = node_at[i], node_at[i + 1], edge_at[i], edge_at[i + 1]
         cols = {name: bundle[name][a:b] for name in NODE_ARRAYS}
         cols.update({name: bundle[name][c:d] for name in EDGE_ARRAYS})
@@ -116,7 +147,7 @@ def unpack_documents(bundle: dict, select: list[int] | None = None) -> list[tupl
             cols[f"{name}_offsets"] = offsets
             cols[name] = bundle[name][starts[i]:starts[i + 1]]
         issues, pixels = bundle["extras"].get(i, ([], {}))
-        graphs.append(DocumentGraph(doc_id=bundle["ids"][i], title=bundle["titles"][i], issues=list(issues),
+        graphs.append(DocumentGraph(doc_id=bundle["ids"][at], title=bundle["titles"][i], issues=list(issues),
                                     pixels=dict(pixels), **cols))
     vectors: dict[int, dict] = {i: {} for i in select}
     for store, st in bundle["stores"].items():
@@ -152,4 +183,4 @@ def own_bundle(bundle: dict) -> dict:
     return own(bundle)
 
 
-__all__ = ["own_bundle", "pack_documents", "unpack_documents"]
+__all__ = ["PartRef", "own_bundle", "pack_documents", "unpack_documents"]

@@ -53,8 +53,11 @@ class FileRows:
 
 class RowFiles:
     """The driver's read-only mappings of shard vector files, the `capacity` most recently used
-    kept open. :meth:`rows` raises ``OSError`` (file missing or unreadable here) or
-    ``ValueError`` (shorter than the rows asked for): the caller then fetches the bytes instead."""
+    kept open, and one per store of a shard: a removal on a shard writes the store's rows to a new
+    file and deletes the old one, whose disk space a mapping would hold, so mapping the new file
+    drops the old one (slices handed out keep theirs alive until dropped). :meth:`rows` raises
+    ``OSError`` (file missing or unreadable here) or ``ValueError`` (shorter than the rows asked
+    for): the caller then fetches the bytes instead."""
 
     def __init__(self, capacity: int = 64):
         self.capacity = capacity
@@ -69,6 +72,11 @@ class RowFiles:
             if n < ref.stop:
                 raise ValueError(f"{ref.path}: holds {n} rows here, the shard named rows up to {ref.stop}")
             m = np.memmap(ref.path, dtype=disk, mode="r", shape=(n, ref.dim))
+            folder, store = os.path.split(ref.path)
+            store = store.split(".", 1)[0]
+            for old in [p for p in self._maps if p != ref.path and os.path.split(p)[0] == folder
+                        and os.path.split(p)[1].split(".", 1)[0] == store]:
+                del self._maps[old]
             self._maps[ref.path] = m
         self._maps.move_to_end(ref.path)
         while len(self._maps) > self.capacity:

@@ -37,21 +37,24 @@ prefilters would not rank like the single index's.
 """
 from __future__ import annotations
 
+import pickle
 import time
 from collections import OrderedDict
+from pathlib import Path
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..kg.index import KnowledgeIndex
+from ..kg.parts import MappedPart
 from ..pipeline.config import PipelineConfig
 from ..pipeline.pipeline import Pipeline, Result
 from ..pipeline.query import Query
 from ..pipeline.recall import Recall
 from .corpus import ShardedIndex, ShardUnavailableError, _ray
 from .fusion import SideTop, fuse, fuse_top, merge_top, side_rows
-from .bundle import own_bundle, unpack_documents
+from .bundle import PartRef, own_bundle, unpack_documents
 from .gather import FileRows, IdMap, RowFiles, gathered_index, to_global
 
 RANKERS = ("maxsim", "pooled")
@@ -133,6 +136,7 @@ class ShardedPipeline:
                                  **self.options)
         self._docs: OrderedDict = OrderedDict()   # (doc_id, seq) -> (graph, {store: (local, rows, offsets)})
         self._files = RowFiles()
+        self._part_files: OrderedDict = OrderedDict()  # part file path -> MappedPart
         self._files_ok: dict[int, bool] = {}      # shard -> whether its vector files read here (auto)
         self.gather_from, self.prefetch = gather_from, bool(prefetch)
         self.last_spans: dict[str, float] = {}
@@ -188,7 +192,8 @@ class ShardedPipeline:
         if self.protocol == "top" and one_side and all(i in self._known for i in range(n)):
             ship = self.prefetch and self.gather_from != "ray" and n * len(qs) * cfg.kd <= PREFETCH_DOCS
             answers = self._scatter(arg, cfg, top=True, order=order, ship=ship)
-            shipped = [a["docs"] for a in answers if "docs" in a]
+            shipped = [pickle.loads(a["docs"]) if isinstance(a["docs"], bytes) else a["docs"]
+                       for a in answers if "docs" in a]
             t1 = time.perf_counter()
             if all(a["mode"] == "top" for a in answers):
                 recall = fuse_top(len(qs), self._merge_top(answers, rows, order), n_docs, cfg)
@@ -348,7 +353,7 @@ class ShardedPipeline:
         sh = self.sharded
         by_file = {s: self.gather_from == "files" or (self.gather_from == "auto" and self._files_ok.get(s, True))
                    for s in want}
-        refs = [(s, sh.actors[s].gather_documents.remote(ds, by_file[s])) for s, ds in want.items()]
+        refs = [(s, sh.actors[s].gather_sendable.remote(ds, by_file[s])) for s, ds in want.items()]
         answers = {s: self._unpack(sh.get(s, r, self.timeout_s)) for s, r in refs}
         out, again = {}, {}
         for s, ds in want.items():
@@ -362,8 +367,23 @@ class ShardedPipeline:
         self.stats["documents_fetched"] += sum(len(ds) for ds in want.values()) - sum(len(ds) for ds in again.values())
         return out
 
-    def _unpack(self, bundle: dict, select: list[int] | None = None) -> list[tuple]:
+    def _unpack(self, bundle: dict | bytes, select: list[int] | None = None) -> list[tuple]:
+        if isinstance(bundle, bytes):  # pickled by the shard (Shard.gather_sendable): arrays of its own
+            return unpack_documents(pickle.loads(bundle), select)
         return unpack_documents(own_bundle(bundle) if self.doc_cache else bundle, select)
+
+    def _part(self, ref: PartRef) -> MappedPart:
+        """The part file `ref` names, opened once (parts are immutable under one name; the
+        manifest's header sha256 confirms it is the shard's file), the 64 most recent kept."""
+        part = self._part_files.get(ref.path)
+        if part is None:
+            sh = self.sharded
+            part = MappedPart(Path(ref.path), sh.dims, sh.dtype, header_sha256=ref.header_sha256, verify=False)
+            self._part_files[ref.path] = part
+        self._part_files.move_to_end(ref.path)
+        while len(self._part_files) > 64:
+            self._part_files.popitem(last=False)
+        return part
 
     def _files_unreadable(self, shard: int, exc: BaseException) -> None:
         if self.gather_from == "files":
@@ -372,12 +392,17 @@ class ShardedPipeline:
         self._files_ok[shard] = False
 
     def _rows_of(self, graph, vectors: dict) -> tuple:
-        """A fetched document with its rows in hand (:class:`FileRows` read from the file)."""
+        """A fetched document with its graph and rows in hand (a :class:`PartRef` cut out of its
+        part file, :class:`FileRows` read from the vector file)."""
+        if isinstance(graph, PartRef):
+            graph = self._part(graph).document(graph.pos)
         out = {}
         for store, (local, rows, offsets) in vectors.items():
             if isinstance(rows, FileRows):
                 rows = self._files.rows(rows, self.sharded.dtype)
                 self.stats["bytes_read"] += rows.nbytes
+                if self.doc_cache:  # a cached view of the mapping would keep a file a removal replaced
+                    rows = np.array(rows)
             else:
                 self.stats["bytes_fetched"] += rows.nbytes
             out[store] = (local, rows, offsets)
