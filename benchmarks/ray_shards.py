@@ -219,9 +219,10 @@ def main() -> None:
             by_shard: dict[int, list[str]] = {}
             for d, _ in r.documents:
                 by_shard.setdefault(sh.map.shard_of(d), []).append(d)
-            for how in ("bytes", "files"):
-                bundles = [sh.call(i, "gather_documents", ds, how == "files") for i, ds in by_shard.items()]
-                fetched[how].append(sum(len(pickle.dumps(b, protocol=5)) for b in bundles))
+            for how in ("bytes", "files"):  # as the driver's gather call receives them
+                sent = [sh.call(i, "gather_sendable", ds, how == "files") for i, ds in by_shard.items()]
+                fetched[how].append(sum(len(pickle.dumps(b, protocol=5)) for b in sent))
+            bundles = [sh.call(i, "gather_documents", ds, True) for i, ds in by_shard.items()]
             item = torch.empty(0, dtype=index.dtype).element_size()
             fetched["rows"].append(sum(int(run["lengths"].sum()) * index.dims[st] * item for b in bundles
                                        for st, run in b["stores"].items()))
@@ -229,7 +230,7 @@ def main() -> None:
                 "top_answer_bytes_per_shard": statistics.fmean(len(pickle.dumps(a, protocol=5)) for a in answers_top),
                 "full_answer_bytes_per_shard": statistics.fmean(len(pickle.dumps(a, protocol=5)) for a in answers_full),
                 "ship_answer_bytes_per_shard": statistics.fmean(len(pickle.dumps(a, protocol=5)) for a in answers_ship),
-                "shipped_documents_per_shard": statistics.fmean(len(a["docs"]["ids"]) for a in answers_ship),
+                "shipped_documents_per_shard": statistics.fmean(len(pickle.loads(a["docs"])["ids"]) for a in answers_ship),
                 "gather_bytes_per_query": statistics.fmean(fetched["bytes"]),
                 "gather_file_refs_bytes_per_query": statistics.fmean(fetched["files"]),
                 "gather_rows_read_per_query": statistics.fmean(fetched["rows"]),

@@ -182,8 +182,9 @@ class ShardedPipeline:
         n = sh.map.n_shards
         size = sum(a.nbytes for v in payload.values() for a in v)
         # one object-store copy for all shards pays only for big batches: below Ray's inline limit
-        # (100 KB) each call carries the payload itself, and a put costs ~2 ms here (benchmarks)
-        arg = ray.put(payload) if n > 1 and size > INLINE_BYTES else payload
+        # (100 KB) each call carries the payload itself, and a put costs ~2 ms here (benchmarks);
+        # pickled once here, it is one bytes argument per call (Ray frames each array of a dict anew)
+        arg = ray.put(payload) if n > 1 and size > INLINE_BYTES else pickle.dumps(payload, protocol=5)
         order = sh.map.order()
         n_docs = len(order["ids"])
         one_side = sum(r.size for r in rows.values()) == len(qs)  # no query row on two sides

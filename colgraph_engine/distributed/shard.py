@@ -77,7 +77,7 @@ class Shard:
 
         Args:
             sides: ``{"text" | "image": (values [T, d] float32, offsets [Nq+1] int64, rows [r] int64)}``
-                (numpy arrays or tensors),
+                (numpy arrays or tensors), or that dict pickled,
                 the packed queries of the batch and the rows scored on that side.
             ranker: ``"maxsim"`` or ``"pooled"``.
             known: the ``version`` of this shard's answer the caller already holds the document
@@ -110,6 +110,8 @@ class Shard:
         key = f"{self._token}:{view.version}"
         use_top = top is not None and known == key
         out: dict = {"version": key, "mode": "top" if use_top else "full"}
+        if isinstance(sides, bytes):  # pickled once by the driver for every shard
+            sides = pickle.loads(sides)
         for side, (qv, qo, rows) in sides.items():
             qv, qo = torch.tensor(np.asarray(qv)), torch.tensor(np.asarray(qo))  # numpy travels cheaper than tensors
             best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64))
