@@ -28,7 +28,10 @@ cluster, connect first, e.g. ``ray.init(address="auto")`` on a cluster node or
 ``ray.init(address="ray://<head>:10001")`` from outside, then ``ShardedIndex.open(root, ...)``:
 every shard directory must be readable at the same path on the node its actor lands on (a shared
 file system), or pin each shard to the node holding its directory with ``shard_options``, e.g.
-``{i: {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}}``. Actors
+``{i: {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}}``. A driver
+that sees the shard directories at the same paths (same node, shared file system) reads the
+gathered documents' graphs and rows from their part and vector files; one that does not gets
+them through Ray (``ShardedPipeline(gather_from=...)``). Actors
 reserve ``num_cpus=0`` by default (they are I/O-and-memory bound between queries; pass
 ``actor_options={"num_cpus": 1}`` to reserve a core each).
 """

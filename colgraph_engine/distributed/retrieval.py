@@ -16,16 +16,23 @@ Per batch:
    document's best-unit score per side and the driver fuses them in the global order
    (:func:`.fusion.fuse`, O(documents)). Either way the global top-Kd of every query is the
    single index's;
-3. **gather**: the union of the batch's recalled documents is fetched from the shards holding
-   them (one call per shard, in parallel; documents already fetched are served from a driver
-   cache keyed by (doc id, sequence number), which a re-added document never matches) and put in
-   a gathered in-memory index, itself cached per document set (:mod:`.gather`);
+3. **gather**: the union of the batch's recalled documents is put in a gathered in-memory
+   index, itself cached per document set (:mod:`.gather`). Documents come from a driver cache
+   keyed by (doc id, sequence number) (a re-added document never matches), else from the
+   shards as bundles (:mod:`.bundle`): with the top-Kd protocol on few shards (``prefetch``)
+   each shard's stage-1 answer already carries its top lists' documents, a superset of the
+   global top-Kd it holds, so there is no second round; otherwise one call per shard holding
+   missing documents, in parallel. Where the driver sees the shards' files (``gather_from``:
+   same node or a shared file system) a bundle names where each graph lies in its part file and
+   where each store's rows lie in its vector file, and the driver reads them there (memory
+   maps: no rows cross Ray); else graphs and rows travel as bytes;
 4. **stages 2-7** run on the driver over the gathered index (``Pipeline.retrieve_batch`` with
    ``encoded=`` and ``recall=``), and the results' ids are mapped to global ids.
 
 Gathering to the driver keeps one code path for every placement of the Kd documents (one shard
-or many) and makes cross-shard alias merging exact for free; its cost is moving the Kd documents'
-graphs and vectors (see ``benchmarks/results/ray_shards.md`` for bytes and times).
+or many) and makes cross-shard alias merging exact for free; its cost is reading the Kd
+documents' graphs and vectors and building the gathered index (see
+``benchmarks/results/ray_shards.md`` for bytes and times; ``last_spans`` for one batch).
 
 **Failures.** A shard whose actor dies during a batch (killed, its node lost) makes the batch
 fail with :class:`~.corpus.ShardUnavailableError` (naming the shard), never return results
