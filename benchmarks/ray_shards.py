@@ -15,7 +15,9 @@ protocol). Default :class:`PipelineConfig` (Kd 10).
 
 Shards: ``ShardedIndex.from_index`` (same documents, same order) into a temporary folder, then
 opened (``ShardedIndex.open``: each shard maps its graphs from its part files, as a deployed
-index is served), on a local Ray instance (``ray.init(num_cpus=<cores>)``), torch's intra-op pool 1 in every process,
+index is served), on a local Ray instance (``ray.init(num_cpus=<cores>)``, its workers at niceness 0:
+``RAY_worker_niceness=0``, as the single-process baseline; Ray's default 15 makes the shards
+yield the shared cores to every other process), torch's intra-op pool 1 in every process,
 native kernels ``COLGRAPH_NUM_THREADS`` (default: every usable core) in every process.
 
 Variants, each query run by every variant back to back (round robin, so load drifts on the
@@ -113,13 +115,16 @@ def main() -> None:
     single = Pipeline(index, enc, cfg)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     split = None
+    # Ray starts its workers at niceness 15: on this shared machine the shards would then yield the
+    # cores to every other process while the single-process baseline (niceness 0) does not
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ray_shards-"))
     out: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                  "machine": machine_info(), "index": {k: v for k, v in info.items() if k != "path"},
                  "config": {"kd": cfg.kd, "questions": len(timed), "warmup": len(warm), "batch": args.batch,
                             "batches": args.batches, "COLGRAPH_NUM_THREADS": os.environ["COLGRAPH_NUM_THREADS"],
-                            "ray": ray.__version__}}
+                            "ray": ray.__version__, "RAY_worker_niceness": os.environ["RAY_worker_niceness"]}}
     try:
         sharded, split_s = {}, {}
         for s in shard_counts:
@@ -301,7 +306,9 @@ def report(out: dict) -> str:
     L = [f"# Sharded retrieval on Ray vs the single-process pipeline ({out['date']})", "",
          f"Machine: {out['machine']['cpu_model']}, {out['machine']['cpus_usable']} usable cores (shared; load average "
          + (f"at the start {', '.join(f'{x:.1f}' for x in out['loadavg_start'])}, " if "loadavg_start" in out else "")
-         + f"at the end {', '.join(f'{x:.1f}' for x in out['loadavg_end'])}); Ray {out['config']['ray']}; "
+         + f"at the end {', '.join(f'{x:.1f}' for x in out['loadavg_end'])}); Ray {out['config']['ray']}"
+         + (f" (workers at niceness {out['config']['RAY_worker_niceness']})" if "RAY_worker_niceness" in out['config']
+            else "") + "; "
          f"COLGRAPH_NUM_THREADS={out['config']['COLGRAPH_NUM_THREADS']}, torch threads 1.",
          f"Index: {out['index']['documents']} generated documents ({out['index']['counts']}), offline encoders "
          f"(128-d float32), {out['index']['how']}. {out['config']['questions']} text questions after "

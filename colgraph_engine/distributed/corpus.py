@@ -33,7 +33,10 @@ that sees the shard directories at the same paths (same node, shared file system
 gathered documents' graphs and rows from their part and vector files; one that does not gets
 them through Ray (``ShardedPipeline(gather_from=...)``). Actors
 reserve ``num_cpus=0`` by default (they are I/O-and-memory bound between queries; pass
-``actor_options={"num_cpus": 1}`` to reserve a core each).
+``actor_options={"num_cpus": 1}`` to reserve a core each). Ray runs its workers at niceness 15
+unless ``RAY_worker_niceness`` is set when the instance starts: on a machine shared with other
+work the shards then yield the cores to it (their stage 1 and their start after a call slow
+down, see ``benchmarks/results/ray_shards.md``); an instance this module starts itself sets 0.
 """
 from __future__ import annotations
 
@@ -73,6 +76,9 @@ def _ray():
     except ImportError:  # pragma: no cover - the extra is missing
         raise ImportError("colgraph_engine.distributed needs Ray: pip install 'colgraph_engine[distributed]'") from None
     if not ray.is_initialized():
+        # Ray starts workers at niceness 15 (background work): shard actors serve queries, so the
+        # local instance started here runs them at 0 unless RAY_worker_niceness says otherwise
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(include_dashboard=False)  # RAY_ADDRESS, when set, connects to that cluster instead
     return ray
 
