@@ -437,3 +437,26 @@ def test_row_files_keep_one_mapping_per_store_of_a_shard(tmp_path):
     assert sorted(Path(p).relative_to(tmp_path).as_posix() for p in files._maps) == [
         "a/vectors/entity.02.bin", "a/vectors/segment.03.bin", "b/vectors/entity.04.bin"]
     assert first.tolist() == [[1.0] * 4] * 2  # a slice handed out stays readable
+
+
+def test_stage_one_does_not_ship_what_the_driver_caches(sharded, single):
+    text = [q for q in questions() if isinstance(q, str)][:3]
+    cfg = PipelineConfig(kd=4)
+    pipe = ShardedPipeline(sharded, cfg, view_cache=0)
+    pipe.retrieve_batch(text)  # learns the shards' document lists (and caches the documents)
+    for q in text:  # the same queries again: every recalled document is cached, none shipped or fetched
+        before = dict(pipe.stats)
+        assert summary(pipe.retrieve(q)) == summary(Pipeline(single, ENC, cfg).retrieve(q))
+        assert pipe.stats["documents_shipped"] == before["documents_shipped"]
+        assert pipe.stats["documents_fetched"] == before["documents_fetched"]
+    cols = pipe._held_columns(0)
+    assert cols and all(pipe._known[0]["doc_ids"][c] in {d for d, _ in pipe._docs} for c in cols)
+    # the shard leaves the held columns out of what it ships
+    import pickle
+    e = pipe._encoder.encode([text[0]])
+    payload = {"text": (e["text"][0].numpy(), e["text"][1].numpy(), np.arange(1))}
+    known = pipe._known[0]["version"]
+    ids = pickle.loads(sharded.call(0, "recall_scores", payload, cfg.recall_ranker, known, cfg.kd, [], True)["docs"])["ids"]
+    col_of = {d: c for c, d in enumerate(pipe._known[0]["doc_ids"])}
+    fewer = sharded.call(0, "recall_scores", payload, cfg.recall_ranker, known, cfg.kd, [], True, [col_of[ids[0]]])
+    assert ids and pickle.loads(fewer["docs"])["ids"] == ids[1:]

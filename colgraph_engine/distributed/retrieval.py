@@ -250,8 +250,9 @@ class ShardedPipeline:
             known = self._known.get(i, {}).get("version")
             skip = self._columns_of(i, order)[3].tolist() if top else None
             ship_i = ship and (self.gather_from == "files" or self._files_ok.get(i, True))
+            have = self._held_columns(i) if ship_i and self._docs else None
             refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip,
-                                                          ship_i))
+                                                          ship_i, have))
         self.last_spans["submit"] += time.perf_counter() - t0
         answers = [sh.get(i, r, self.timeout_s) for i, r in enumerate(refs)]
         spans, received = self.last_spans, time.time()
@@ -267,6 +268,16 @@ class ShardedPipeline:
         self.last_shard_seconds = [a["seconds"] for a in answers]
         self.last_spans["shard_compute"] += max(self.last_shard_seconds, default=0.0)
         return answers
+
+    def _held_columns(self, shard: int) -> list[int]:
+        """Columns (in the shard's known document list) of the documents the driver's cache
+        holds: the shard does not ship them. A hint only: a document it then does not send is
+        fetched in a second round."""
+        known = self._known[shard]
+        col_of = known.get("col_of")
+        if col_of is None:
+            col_of = known["col_of"] = {d: c for c, d in enumerate(known["doc_ids"])}
+        return [c for d, _ in self._docs if (c := col_of.get(d)) is not None]
 
     def _merge_top(self, answers: list[dict], rows: dict, order: dict) -> list[SideTop]:
         """The shards' top lists per side and row, in global positions."""

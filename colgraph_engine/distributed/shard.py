@@ -72,7 +72,7 @@ class Shard:
 
     # -- query path -------------------------------------------------------------------------------
     def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None, top: int | None = None,
-                      skip: list[int] | None = None, ship: bool = False) -> dict:
+                      skip: list[int] | None = None, ship: bool = False, have: list[int] | None = None) -> dict:
         """Stage 1 on this shard.
 
         Args:
@@ -90,6 +90,7 @@ class Shard:
                 their rows lie in this shard's vector files, :meth:`gather_documents` with
                 ``by_file``): the global top-Kd documents this shard holds are among them, so the
                 driver needs no second round to gather them.
+            have: columns of documents the caller holds already (its cache): not shipped.
 
         Returns ``{"version": str (this actor and its index version), "mode": "full" | "top",
         "seconds": compute time, side: ...}`` in this shard's document order, where side is
@@ -128,6 +129,8 @@ class Shard:
         if use_top and ship:
             t0 = time.perf_counter()
             cols = np.unique(np.concatenate([c for side in sides for c in out[side]["cols"]] or [np.zeros(0, np.int64)]))
+            if have:
+                cols = np.setdiff1d(cols, np.asarray(have, np.int64), assume_unique=True)
             ids = [view.doc_ids[c] for c in cols.tolist()]
             out["docs"] = self.gather_sendable(ids, by_file=True)
             out["ship_seconds"] = time.perf_counter() - t0
