@@ -372,18 +372,26 @@ def report(out: dict) -> str:
               f"{rounds['spans_ms']['fetch']:.1f} ms as a second round, {viaray['spans_ms']['fetch']:.1f} ms with the "
               f"rows through Ray), the gathered index {sp['build']:.1f} ms and its view {sp['view']:.1f} ms; stages 2-7 "
               f"{s27(two):.1f} ms against {s27(by['single']):.1f} ms on the whole index. The overhead grows with the "
-              "shard count by the extra calls and answers per round (1 -> 2 -> 4 shards above).", ""]
+              "shard count by the extra calls and answers per round (1 -> 2 -> 4 shards above). With the document "
+              f"cache warm the gather is the build and view alone ({cached['spans_ms']['build']:.1f} + "
+              f"{cached['spans_ms']['view']:.1f} ms; the previous run's 4.4 ms gather did not count the view), and "
+              f"shipping is pure cost there ({cached['spans_ms']['ship']:.1f} ms packing): each shard's top lists hold "
+              "about Kd / 2 documents outside the global top-Kd, which the driver never needed, so never cached. "
+              "The shards run at niceness 0 here (Ray's default is 15, below the single-process baseline's 0 on a "
+              "shared machine); its effect was not isolated (two `--quick --shards 1,2` runs on the loaded machine, "
+              "niceness 15 and 0, gave +10.6 and +13.9 ms for 2 shards: noise larger than any effect).", ""]
     L += ["## Bytes per query (2 shards)", "",
           f"* scatter: {w['query_payload_bytes']:,} B of packed query tokens per shard;",
           f"* stage-1 answers: {w['top_answer_bytes_per_shard']:,.0f} B per shard with the top-Kd protocol, "
           f"{w['ship_answer_bytes_per_shard']:,.0f} B with the top lists' documents shipped "
-          f"({w['shipped_documents_per_shard']:.0f} documents: graphs and row ranges), "
+          f"({w['shipped_documents_per_shard']:.0f} documents as references: part file positions and row ranges), "
           f"{w['full_answer_bytes_per_shard']:,.0f} B with every score ({w['documents_per_shard']:.0f} documents "
           "per shard);",
-          f"* gather: {w['gather_file_refs_bytes_per_query']:,.0f} B per query through Ray (the Kd documents' graphs "
-          f"and row ranges) plus {w['gather_rows_read_per_query']:,.0f} B of rows read from the shards' vector files; "
-          f"{w['gather_bytes_per_query']:,.0f} B through Ray when the driver does not see the files (rows as "
-          "bytes); none for documents in the driver's cache.", "",
+          f"* gather: {w['gather_file_refs_bytes_per_query']:,.0f} B per query through Ray (the Kd documents' part "
+          f"file positions and row ranges) plus {w['gather_rows_read_per_query']:,.0f} B of rows read from the shards' "
+          "vector files and the graphs cut out of their part files (memory maps); "
+          f"{w['gather_bytes_per_query']:,.0f} B through Ray when the driver does not see the files (graphs and rows "
+          "as bytes); none for documents in the driver's cache.", "",
           "## Memory per shard", "", "| shards | documents | items | vector MiB | graph MiB | part files MiB | actor RSS MiB |",
           "|---:|---:|---:|---:|---:|---:|---:|"]
     for s, mems in out["memory"].items():
@@ -411,12 +419,13 @@ def report(out: dict) -> str:
           f"with every score (image + text fused queries) {m['full_answer_bytes'] / 2**30:.2f} GiB "
           f"({m['full_answer_bytes_per_page']:.1f} B per page): not viable, such queries need the top-Kd exchange "
           "generalised to two sides (a second round for the candidates' exact ranks); "
-          f"gather (Kd documents, independent of the corpus size): {m['gather_refs_bytes'] / 1024:.0f} KiB of graphs "
-          f"and row ranges through Ray plus {m['gather_rows_read'] / 2**20:.2f} MiB of rows read from the shards' "
-          "vector files, which on a cluster means a shared file system (its network) or a driver on the node of "
-          f"the shards' disks; else {m['gather_bytes'] / 2**20:.2f} MiB through Ray. Shipping the documents with "
-          f"stage 1 moves S x Kd documents' graphs (~{m['shipped_bytes_per_document'] / 1024:.0f} KiB each): "
-          f"{m['shipped_bytes'] / 2**20:.0f} MiB per query at {m['shards']:,} shards, so there the driver takes the "
+          f"gather (Kd documents, independent of the corpus size): {m['gather_refs_bytes'] / 1024:.0f} KiB of part "
+          f"file positions and row ranges through Ray plus {m['gather_rows_read'] / 2**20:.2f} MiB of rows (and the "
+          "graphs, ~9 KiB a page) read from the shards' files, which on a cluster means a shared file system (its "
+          f"network) or a driver on the node of the shards' disks; else {m['gather_bytes'] / 2**20:.2f} MiB through "
+          "Ray. Shipping the documents with stage 1 moves S x Kd documents' references "
+          f"(~{m['shipped_bytes_per_document'] / 1024:.1f} KiB each): "
+          f"{m['shipped_bytes'] / 2**20:.1f} MiB per query at {m['shards']:,} shards, so there the driver takes the "
           "second round (it ships only while shards x queries x Kd <= 64).",
           "* **Expected latency** (text query, top-Kd protocol): encode + max over shards of stage 1 + 2 RTTs "
           f"(scatter, gather; ~1 ms in a datacenter; 1 RTT with shipping, on few shards) + reading the rows + "
