@@ -372,6 +372,8 @@ def test_row_files_name_what_they_cannot_read(tmp_path):
         files.rows(FileRows(str(path), 2, 5, 4), torch.float32)
     with pytest.raises(OSError):
         files.rows(FileRows(str(tmp_path / "gone.bin"), 0, 1, 4), torch.float32)
+    (tmp_path / "region.0123456789abcdef.bin").touch()  # an empty store's file: no rows to map
+    assert files.rows(FileRows(str(tmp_path / "region.0123456789abcdef.bin"), 0, 0, 4), torch.float32).shape == (0, 4)
 
 
 def test_gather_paths_and_shipping_give_identical_results(sharded, single):

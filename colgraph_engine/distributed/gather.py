@@ -65,6 +65,8 @@ class RowFiles:
 
     def rows(self, ref: FileRows, dtype: torch.dtype) -> np.ndarray:
         """``[stop - start, dim]`` rows of `ref` (a read-only view of the mapping, in the disk dtype)."""
+        if ref.stop == ref.start:  # nothing to read (an empty file cannot be mapped)
+            return np.zeros((0, ref.dim), _DISK_NP[dtype])
         m = self._maps.get(ref.path)
         if m is None or m.shape[0] < ref.stop:  # unseen, or appended to since it was mapped
             disk = np.dtype(_DISK_NP[dtype])
