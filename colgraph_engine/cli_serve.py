@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--encoders", choices=sorted(ENCODER_SETS), default=None)
     p.add_argument("--max-batch", dest="max_batch", type=int, default=32, help="queries per batch (1: no batching)")
-    p.add_argument("--max-wait-ms", dest="max_wait_ms", type=float, default=5.0,
+    p.add_argument("--max-wait-ms", dest="max_wait_ms", type=float, default=0.0,
                    help="longest wait of the oldest queued query for a batch to fill")
     p.add_argument("--queue-size", dest="queue_size", type=int, default=256,
                    help="queued queries before new ones get 429")
