@@ -12,7 +12,7 @@ Sections (each one's failure is recorded and the run goes on):
   brute force; relative errors and id agreement.
 * ``copy``: host-to-device copy rate from pinned memory (the rate an exact scan over a corpus that
   no longer fits on the device is bounded by).
-* per corpus: ground truth = exact MaxSim top-10 (late-interaction-kernels ``retrieve`` when it
+* per corpus (colsearch's fp16 GPU lane too with ``--colsearch DIR``): ground truth = exact MaxSim top-10 (late-interaction-kernels ``retrieve`` when it
   imports, as peers_gpu.py; else our store); rows: exact brute force (ours, and
   late-interaction-kernels), our prefilter at PLAID's k = 10 defaults for nbits 2 and 4 (exact
   stage on the codes, fused Triton kernel; and on the store's bf16 vectors), fast-plaid 1.7 nbits 4
@@ -131,6 +131,7 @@ class Run:
     def __init__(self, device, out_dir, stem, budget_s):
         self.device, self.out_dir, self.stem, self.budget_s = device, out_dir, stem, budget_s
         self.rows, self.checks, self.notes = [], [], []
+        self.colsearch = ""
 
     def left(self):
         return self.budget_s - (time.perf_counter() - T0)
@@ -271,6 +272,8 @@ def section_corpus(run: Run, name, nd, ld, tpd, cseed, qseed, nq, nbits_list, qu
         run.guard(f"{name} prefilter nbits {nbits}", prefilter_rows, run, name, values, nd, ld, qv, qo, nq, n_one,
                   nbits, store, exact, target)
     run.guard(f"{name} fast-plaid", fast_plaid_rows, run, name, values, nd, ld, q, n_one, exact, target)
+    if run.colsearch:
+        run.guard(f"{name} colsearch", colsearch_rows, run, name, values, nd, ld, q, n_one, exact, target)
     del store, values
 
 
@@ -345,6 +348,31 @@ def fast_plaid_rows(run, name, values, nd, ld, q, n_one, exact, target):
             hit1=float((got[:, 0] == target.cpu()).float().mean()))
 
 
+def colsearch_rows(run, name, values, nd, ld, q, n_one, exact, target):
+    """colsearch 0.1.7's GPU lane (fp16; ``benchmarks/_colsearch.py`` states the settings), when
+    ``--colsearch DIR`` names a folder holding it (its builds train a router: minutes at 100k
+    documents, so it is opt-in). On a GPU machine without a registry: carry the cp312 wheels
+    colsearch 0.1.7, safetensors 0.8.0, latence_shard_engine 0.1.6 and threadpoolctl 3.8.0 (2.5 MB;
+    faiss, h5py, bm25s are not needed by this lane) and unpack them into DIR with
+    ``pip install --no-index --no-deps --target DIR``."""
+    sys.path.insert(0, str(HERE))
+    import _colsearch
+    mod, version, why = _colsearch.load(run.colsearch)
+    if mod is None:
+        run.row(corpus=name, impl="colsearch", skipped=f"not importable: {why}")
+        return
+    dev = run.device
+    t = time.perf_counter()
+    h = _colsearch.build(values, torch.arange(nd + 1, dtype=torch.int64) * ld, str(dev), tempfile.mkdtemp(), lane="fp16")
+    build_s = time.perf_counter() - t
+    sec, got = timed(lambda: _colsearch.search(h, q, 10), dev, repeats=1)
+    one = one_query_ms(lambda i: _colsearch.search(h, q[i:i + 1], 10), n_one, dev)
+    run.row(corpus=name, impl=f"colsearch {version} fp16 ({'GPU' if dev.type == 'cuda' else 'CPU'} lane, n_shards 32)", qps=q.shape[0] / sec,
+            ms_one_query=one, recall10=recall10(got, exact), build_s=build_s,
+            hit1=float((got[:, 0] == target.cpu()).float().mean()))
+    _colsearch.close(h)
+
+
 def write_md(run: Run, quick: bool):
     dev = run.device
     head = torch.cuda.get_device_name(0) if dev.type == "cuda" else "the CPU (--quick check of the code path)"
@@ -407,6 +435,8 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=256)
     ap.add_argument("--only", choices=[c[0] for c in FULL + QUICK], default=None)
     ap.add_argument("--sections", default="check,copy,corpora")
+    ap.add_argument("--colsearch", default="", help="a folder holding colsearch 0.1.7 and its dependencies "
+                    "(benchmarks/_colsearch.py lists the wheels); empty: colsearch is not measured")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -414,6 +444,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     run = Run(device, out_dir, "gpu_prefilter_quick" if args.quick else "gpu_prefilter",
               float(os.environ.get("GPU_BUDGET_S", "480")))
+    run.colsearch = args.colsearch
     todo = args.sections.split(",")
     if "check" in todo:
         run.guard("check", section_check, run)
