@@ -1,4 +1,5 @@
-"""Compiles the prefilter's fused decode-and-score kernel (kernels/prefilter.py) for sm_90 and
+"""Compiles the prefilter's fused decode-and-score kernel and the dense stages' centroid-interaction
+kernel (kernels/prefilter.py) for sm_90 and
 sm_80 without a GPU, with the JIT's own argument specialisation (as tests/compile_kernels.py
 does for the MaxSim kernels), and prints one JSON line per compile: registers, spills, shared
 memory, MMA kind. Run without TRITON_INTERPRET."""
@@ -59,6 +60,38 @@ def compile_one(arch: int, d: int, nbits: int, code_dtype: torch.dtype) -> dict:
     return row
 
 
+def compile_interaction(arch: int, L: int = 32) -> dict:
+    """The dense stages' centroid-interaction kernel (one program per document), same report."""
+    fn = kp._interaction_kernel
+    block_l = max(16, triton.next_power_of_2(L))
+    row = dict(kernel="_interaction_kernel", arch=arch, L=L, BLOCK_L=block_l)
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    f32, i64, i32, u8 = (DeviceArg(t) for t in (torch.float32, torch.int64, torch.int32, torch.uint8))
+    args = (f32, u8, u8, i32, i64, f32, f32, i32, L)
+    kw = dict(BLOCK_L=block_l, num_warps=1)
+    try:
+        bound, spec, opts = binder(*args, **kw)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, spec, opts)
+        log = io.StringIO()
+        triton.knobs.nvidia.dump_ptxas_log = True
+        triton.knobs.compilation.always_compile = True
+        with contextlib.redirect_stdout(log):
+            k = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    except Exception as exc:  # report every failure
+        row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:600])
+        return row
+    finally:
+        triton.knobs.nvidia.dump_ptxas_log = False
+    text = log.getvalue()
+    regs = re.search(r"Used (\d+) registers", text)
+    row.update(ok=".entry _interaction_kernel" in k.asm["ptx"], regs=int(regs.group(1)) if regs else None,
+               spill_bytes=sum(int(x) for x in re.findall(r"(\d+) bytes spill (?:stores|loads)", text)),
+               shared=int(k.metadata.shared))
+    return row
+
+
 if __name__ == "__main__":
     failed = 0
     one = "--one" in sys.argv  # CI: sm_90, d = 128, 2 bits only
@@ -66,6 +99,10 @@ if __name__ == "__main__":
         for d, nbits, cd in ((128, 2, torch.int16),) if one else (
                 (128, 2, torch.int16), (128, 4, torch.int32), (128, 1, torch.int16), (96, 2, torch.int16)):
             r = compile_one(arch, d, nbits, cd)
+            failed += not r.get("ok")
+            print(json.dumps(r), flush=True)
+        for L in (32,) if one else (32, 1, 100):
+            r = compile_interaction(arch, L)
             failed += not r.get("ok")
             print(json.dumps(r), flush=True)
     sys.exit(1 if failed else 0)
