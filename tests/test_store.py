@@ -2,6 +2,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -234,3 +235,5 @@ def test_ids_between_lists_live_ids_in_range():
     assert store.ids_between(5, 30).tolist() == [8, 25]
     assert store.ids_between(0, 3).tolist() == []
     assert store.ids_between(0, 100).tolist() == [3, 8, 25, 40]
+    live = store.live_ids()                       # the same ids as one ascending host array
+    assert live.dtype == np.int64 and live.tolist() == [3, 8, 25, 40]

@@ -702,17 +702,62 @@ class KnowledgeIndex:
         lo, hi = entry.number << UID_SHIFT, (entry.number + 1) << UID_SHIFT
         return {store: st.ids_between(lo, hi).cpu().numpy() for store, st in self.stores.items()}
 
+    def _uids_of_many(self, entries: list[_Entry]) -> list[dict[str, np.ndarray]]:
+        """:meth:`_uids_of` for many documents: one host copy of each store's live ids and two
+        searches per store, instead of a range lookup per document and store."""
+        lows = np.fromiter((e.number for e in entries), np.int64, len(entries)) << UID_SHIFT
+        out = [{} for _ in entries]
+        for store, st in self.stores.items():
+            ids = st.live_ids()
+            a, b = np.searchsorted(ids, lows).tolist(), np.searchsorted(ids, lows + (1 << UID_SHIFT)).tolist()
+            for row, lo, hi in zip(out, a, b):
+                row[store] = ids[lo:hi]
+        return out
+
+    def _item_ranges(self, store: str, uids: list[np.ndarray]) -> list[tuple[int, int] | None]:
+        """:meth:`_item_range` of many documents' items in `store` (None for a document without
+        items there), with one position lookup."""
+        sizes = np.fromiter((u.size for u in uids), np.int64, len(uids))
+        if not sizes.sum():
+            return [None] * len(uids)
+        pos = self.stores[store].positions(torch.from_numpy(np.concatenate(uids))).cpu().numpy()
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        out = []
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            if lo == hi:
+                out.append(None)
+                continue
+            first, last = int(pos[lo:hi].min()), int(pos[lo:hi].max()) + 1
+            if last - first != hi - lo:
+                raise RuntimeError(f"store {store!r}: a document's items are not contiguous")  # our invariant broke
+            out.append((first, last))
+        return out
+
     def _stored_items(self, doc_id: str) -> StoredDocument:
         """The document with its item tables only (``ItemVectors.values`` None): what a part
         holds."""
-        entry = self._docs[doc_id]
-        vectors = {}
-        for store, uids in self._uids_of(entry).items():
-            if uids.size:
-                first, last = self._item_range(store, uids)
-                off = self.stores[store].offsets[first:last + 1]
-                vectors[store] = ItemVectors(uids & ((1 << UID_SHIFT) - 1), None, off - off[0])
-        return StoredDocument(entry.number, entry.graph, vectors)
+        return self._stored_items_many([doc_id])[0]
+
+    def _stored_items_many(self, doc_ids: list[str], uids: list[dict[str, np.ndarray]] | None = None,
+                           ranges: dict[str, list] | None = None) -> list[StoredDocument]:
+        """:meth:`_stored_items` of many documents (`uids` from :meth:`_uids_of_many` and
+        `ranges` per store from :meth:`_item_ranges`, when the caller has them)."""
+        entries = [self._docs[d] for d in doc_ids]
+        if uids is None:
+            uids = self._uids_of_many(entries)
+        if ranges is None:
+            ranges = {s: self._item_ranges(s, [u[s] for u in uids]) for s in self.stores}
+        out = []
+        for i, entry in enumerate(entries):
+            vectors = {}
+            for store, u in uids[i].items():
+                if u.size:
+                    first, last = ranges[store][i]
+                    off = self.stores[store].offsets[first:last + 1]
+                    vectors[store] = ItemVectors(u & ((1 << UID_SHIFT) - 1), None, off - off[0])
+            out.append(StoredDocument(entry.number, entry.graph, vectors))
+        return out
 
     def _item_range(self, store: str, uids: np.ndarray) -> tuple[int, int]:
         """``[first, last)`` positions of a document's items in `store` (they are contiguous:
@@ -1129,7 +1174,7 @@ class KnowledgeIndex:
     def _rewrite_all(self) -> None:
         """Commits every document as one part with fresh vector files (writer lock held): what
         :meth:`save` writes, and the upgrade of a version-1 directory. Memory then maps them."""
-        docs = [self._stored_items(doc_id) for doc_id in self._docs]
+        docs = self._stored_items_many(list(self._docs))
         rows = {s: _to_disk_rows(st.values, self.dtype) for s, st in self.stores.items()}
         for s, st in self.stores.items():
             if st.n_slots != len(st):
@@ -1194,7 +1239,7 @@ class KnowledgeIndex:
         them to the next writer)."""
         rows = {s: disk_rows(stored, s, d, self.dtype) for s, d in self.dims.items()}
         merged = self._merged_tail(len(stored))
-        kept = [self._stored_items(d) for d in merged]
+        kept = self._stored_items_many(merged)
         appended, files = {}, []
         part, folder, pf_written = "", None, []
         try:
@@ -1245,13 +1290,15 @@ class KnowledgeIndex:
         its part, one commit; memory then maps the new files and re-assembles the graph."""
         entry = self._docs[doc_id]
         siblings = [d for d, e in self._docs.items() if e.part == entry.part and d != doc_id]
+        group_uids = self._uids_of_many([self._docs[d] for d in siblings] + [entry])
+        ranges = {s: self._item_ranges(s, [u[s] for u in group_uids]) for s in self.stores}
         cut = {}  # store -> (first item, last item, first row, last row)
-        for store, uids in self._uids_of(entry).items():
-            if uids.size:
-                first, last = self._item_range(store, uids)
+        for store, r in ranges.items():
+            if r[-1] is not None:
+                first, last = r[-1]
                 off = self.stores[store].offsets
                 cut[store] = (first, last, int(off[first]), int(off[last]))
-        kept = [self._stored_items(d) for d in siblings]
+        kept = self._stored_items_many(siblings, group_uids[:-1], {s: r[:-1] for s, r in ranges.items()})
         new_files, part, pf_written = {}, "", []
         try:
             pf_files, pf_written = self._write_prefilters(prefilters)
@@ -1271,8 +1318,7 @@ class KnowledgeIndex:
                 shas = {}
                 for store in self.dims:
                     # the part's documents own one run of rows; the removed one's rows lie inside it
-                    runs = [self._item_range(store, uids) for d in siblings + [doc_id]
-                            if (uids := self._uids_of(self._docs[d])[store]).size]
+                    runs = [r for r in ranges[store] if r is not None]
                     off = self.stores[store].offsets
                     lo = int(off[min(r[0] for r in runs)]) if runs else 0
                     hi = int(off[max(r[1] for r in runs)]) if runs else 0
