@@ -1084,13 +1084,7 @@ class KnowledgeIndex:
                 if (stored.graph.n_nodes, stored.graph.n_edges) != (d["nodes"], d["edges"]):
                     raise IndexFormatError(f"{path}: document {d['doc_id']!r} has other counts than the manifest lists")
             for store, (tokens, sha) in rows.items():
-                lo = row[store]
-                row[store] += tokens
-                if row[store] > self._vectors[store]["rows"]:
-                    raise IndexFormatError(f"{files[store]}: the parts own more rows than the manifest commits")
-                if verify and _sha_rows(files[store], lo, tokens, self._row_bytes(store)) != sha:
-                    raise IndexFormatError(f"{files[store]}: checksum mismatch in the rows of part {part} "
-                                           f"(file changed after it was written)")
+                self._claim_rows(row, store, tokens, sha, files[store], part, verify)
                 for stored in docs:
                     v = stored.vectors.get(store)
                     if v is not None:
@@ -1100,6 +1094,18 @@ class KnowledgeIndex:
                 _add_counts(self._totals, stored.graph.counts)
         self._wrap_stores(files, row, items)
         self._parts = dict(m["parts"])
+
+    def _claim_rows(self, row: dict[str, int], store: str, tokens: int, sha: str, file: Path, part: str,
+                    verify: bool) -> None:
+        """A part owns the next `tokens` rows of `store`'s vector file (advances ``row[store]``):
+        IndexFormatError when they pass the committed rows or (with `verify`) their checksum differs."""
+        lo = row[store]
+        row[store] += tokens
+        if row[store] > self._vectors[store]["rows"]:
+            raise IndexFormatError(f"{file}: the parts own more rows than the manifest commits")
+        if verify and _sha_rows(file, lo, tokens, self._row_bytes(store)) != sha:
+            raise IndexFormatError(f"{file}: checksum mismatch in the rows of part {part} "
+                                   f"(file changed after it was written)")
 
     def _check_vector_files(self) -> dict[str, Path]:
         files = {}
@@ -1137,13 +1143,7 @@ class KnowledgeIndex:
                 raise IndexFormatError(f"{ppath}: document numbers repeat or reach next_doc_number")
             numbers.update(nums)
             for store, (tokens, sha) in part.rows.items():
-                lo = row[store]
-                row[store] += tokens
-                if row[store] > self._vectors[store]["rows"]:
-                    raise IndexFormatError(f"{files[store]}: the parts own more rows than the manifest commits")
-                if verify and _sha_rows(files[store], lo, tokens, self._row_bytes(store)) != sha:
-                    raise IndexFormatError(f"{files[store]}: checksum mismatch in the rows of part {name} "
-                                           f"(file changed after it was written)")
+                self._claim_rows(row, store, tokens, sha, files[store], name, verify)
                 voff, local, doc_items = part.items[store]
                 if local.size:
                     items[store].append((make_uid(np.repeat(part.numbers, np.diff(doc_items)), local), np.diff(voff)))
