@@ -51,7 +51,7 @@ import torch
 
 from .._atomic import fsync_dir, fsync_file
 from ..kg.document import DocumentGraph, DocumentInput, build_document_graph
-from ..kg.index import KnowledgeIndex
+from ..kg.index import KnowledgeIndex, check_new_documents
 from ..kg.vectors import Encoders, encode_document
 from .gather import item_vectors
 from .shard import Shard
@@ -248,13 +248,7 @@ class ShardedIndex:
         if vectors is not None and (not isinstance(vectors, Sequence) or len(vectors) != len(docs)):
             raise ValueError(f"vectors: expected one dict per document ({len(docs)})")
         with self.lock:
-            seen = set()
-            for i, d in enumerate(docs):
-                if not isinstance(d, (DocumentInput, DocumentGraph)):
-                    raise TypeError(f"docs[{i}]: expected a DocumentInput or DocumentGraph, got {type(d).__name__}")
-                if d.doc_id in self.map or d.doc_id in seen:
-                    raise ValueError(f"docs[{i}]: document id {d.doc_id!r} is already in the sharded index")
-                seen.add(d.doc_id)
+            check_new_documents(docs, self.map, "the sharded index")
             graphs = [d if isinstance(d, DocumentGraph) else build_document_graph(d, extractor=extractor,
                                                                                    **build_options) for d in docs]
             if vectors is None:

@@ -497,15 +497,7 @@ class KnowledgeIndex:
         Raises ValueError for a document id already in the index or repeated in `docs`; the
         index (memory and directory) is unchanged after any failure.
         """
-        if isinstance(docs, (DocumentInput, DocumentGraph)) or not isinstance(docs, Sequence):
-            raise TypeError("docs: expected a sequence of DocumentInput or DocumentGraph")
-        seen = set()
-        for i, d in enumerate(docs):
-            if not isinstance(d, (DocumentInput, DocumentGraph)):
-                raise TypeError(f"docs[{i}]: expected a DocumentInput or DocumentGraph, got {type(d).__name__}")
-            if d.doc_id in self._docs or d.doc_id in seen:
-                raise ValueError(f"docs[{i}]: document id {d.doc_id!r} is already in the index")
-            seen.add(d.doc_id)
+        check_new_documents(docs, self._docs, "the index")
         if vectors is not None and (not isinstance(vectors, Sequence) or len(vectors) != len(docs)):
             raise ValueError(f"vectors: expected one dict per document ({len(docs)})")
         if vectors is None and self.encoders is None and any(self.dims.values()):
@@ -1589,6 +1581,20 @@ def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
     except BaseException:
         dst.unlink(missing_ok=True)
         raise
+
+
+def check_new_documents(docs, present, where: str) -> None:
+    """TypeError unless `docs` is a sequence of DocumentInput / DocumentGraph; ValueError for an id
+    already in `present` (a container of ids; `where` names it) or repeated within `docs`."""
+    if isinstance(docs, (DocumentInput, DocumentGraph)) or not isinstance(docs, Sequence):
+        raise TypeError("docs: expected a sequence of DocumentInput or DocumentGraph")
+    seen = set()
+    for i, d in enumerate(docs):
+        if not isinstance(d, (DocumentInput, DocumentGraph)):
+            raise TypeError(f"docs[{i}]: expected a DocumentInput or DocumentGraph, got {type(d).__name__}")
+        if d.doc_id in present or d.doc_id in seen:
+            raise ValueError(f"docs[{i}]: document id {d.doc_id!r} is already in {where}")
+        seen.add(d.doc_id)
 
 
 def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int, h=None) -> str:
