@@ -26,6 +26,7 @@ import os
 import torch
 
 from .layout import IndexState
+from .stages import segment_max
 
 MAX_QUERIES = 4          # ours: beyond this the sparse stages' launches are amortised
 MAX_GATHERED = 1 << 28   # ours: 1 GiB of float32 scratch per query block at most
@@ -49,14 +50,6 @@ def cell_owner(state: IndexState) -> torch.Tensor:
                                         output_size=state.cells.numel())
         object.__setattr__(state, "_cell_owner", owner)
     return state._cell_owner
-
-
-def _segment_max_sum(vals: torch.Tensor, owner: torch.Tensor, n: int) -> torch.Tensor:
-    """``[n]``: per document, the column-wise max of its rows of ``vals [P, L]``, summed over
-    the L columns (``-inf`` for a document without rows)."""
-    out = torch.full((n, vals.shape[1]), float("-inf"), device=vals.device)
-    out.scatter_reduce_(0, owner[:, None].expand(-1, vals.shape[1]), vals, reduce="amax", include_self=True)
-    return out.sum(1)
 
 
 def _first_by_score(score: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor, n: int):
@@ -85,8 +78,8 @@ def interaction(state: IndexState, st: torch.Tensor, kept: torch.Tensor, probed:
                                        state.cells_offsets)
     owner, cells, n = cell_owner(state), state.cells.long(), state.n_slots
     g = st[cells]                                                                       # [P, Lmax]
-    full = _segment_max_sum(g, owner, n)
-    pruned = _segment_max_sum(torch.where(kept[cells][:, None], g, float("-inf")), owner, n)
+    full = segment_max(owner, g, n, groups_sorted=True).sum(1)
+    pruned = segment_max(owner, torch.where(kept[cells][:, None], g, float("-inf")), n, groups_sorted=True).sum(1)
     hit = torch.zeros(n, device=st.device).scatter_reduce_(0, owner, probed[cells].float(), reduce="amax")
     return pruned, full, hit
 

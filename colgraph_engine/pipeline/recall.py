@@ -34,10 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import ops
 from ..kg.index import UID_SHIFT
 from .config import PipelineConfig
-from .scoring import as_store_dtype, score_all, select_queries
+from .scoring import score_all, score_pairs, select_queries
 from .view import IndexView
 
 TEXT_STORES = ("segment", "table")
@@ -116,10 +115,9 @@ def _on_vectors(vec, by_uid: bool):
             slots = order.indices[at]
         else:
             slots = pair_ids
-        co = torch.zeros(qo.numel(), dtype=torch.int64, device=pair_q.device)
-        torch.cumsum(torch.bincount(pair_q, minlength=qo.numel() - 1), 0, out=co[1:])
-        return ops.maxsim_candidates(as_store_dtype(qv, vec), qo.to(vec.device), vec.values, vec.offsets,
-                                     co.to(vec.device), slots.to(vec.device), assume_finite=True)
+        co = np.zeros(qo.numel(), np.int64)
+        np.cumsum(np.bincount(pair_q.cpu().numpy(), minlength=qo.numel() - 1), out=co[1:])
+        return torch.from_numpy(score_pairs(vec, qv, qo, co, slots.cpu().numpy(), "maxsim"))
     return rescore
 
 
