@@ -254,6 +254,10 @@ def test_bad_input_is_named(sharded, tmp_path):
         ShardedPipeline(sharded, timeout_s=0)
     with pytest.raises(ValueError, match="protocol"):
         ShardedPipeline(sharded, protocol="partial")
+    with pytest.raises(ValueError, match="gather_from"):
+        ShardedPipeline(sharded, gather_from="disk")
+    with pytest.raises(TypeError, match="prefetch"):
+        ShardedPipeline(sharded, prefetch="yes")
     with pytest.raises(ValueError, match="encoders"):
         ShardedIndex.open(sharded.root, Encoders.offline(text_dim=64))
     with pytest.raises(ValueError, match="sharded index"):

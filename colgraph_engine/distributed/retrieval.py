@@ -135,6 +135,8 @@ class ShardedPipeline:
             raise TypeError(f"on_stage: expected None or a callable, got {type(on_stage).__name__}")
         if gather_from not in GATHER_FROM:
             raise ValueError(f"gather_from: expected one of {GATHER_FROM}, got {gather_from!r}")
+        if not isinstance(prefetch, bool):
+            raise TypeError(f"prefetch: expected a bool, got {type(prefetch).__name__}")
         self.sharded, self.config, self.retries = sharded, config, retries
         self.on_stage = on_stage
         self.options = dict(generator=generator, record_extractor=record_extractor, num_threads=num_threads)
@@ -145,7 +147,7 @@ class ShardedPipeline:
         self._files = RowFiles()
         self._part_files: OrderedDict = OrderedDict()  # part file path -> MappedPart
         self._files_ok: dict[int, bool] = {}      # shard -> whether its vector files read here (auto)
-        self.gather_from, self.prefetch = gather_from, bool(prefetch)
+        self.gather_from, self.prefetch = gather_from, prefetch
         self.last_spans: dict[str, float] = {}
         self._views: OrderedDict = OrderedDict()  # (map version, seqs) -> (Pipeline, IdMap)
         self._known: dict[int, dict] = {}         # shard -> its last answer's version, doc ids, units
