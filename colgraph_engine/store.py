@@ -623,6 +623,26 @@ class PackedStore:
                                     int(ids.max()) + 1 if ids.numel() else 0, ids.numel(), lookup=lookup)
         return store
 
+    @classmethod
+    def _wrap_trusted(cls, values: torch.Tensor, offsets: np.ndarray, ids: np.ndarray) -> PackedStore:
+        """:meth:`wrap` without its checks, for arrays built from a checked store by our own
+        code (the distributed gather's per-query index): CPU ``values [T, d]``, ``offsets [N+1]``
+        int64 from 0 to T, ``ids [N]`` strictly ascending non-negative int64, both numpy. The
+        checks and the empty store :meth:`wrap` starts from cost ~60 us per store, which that
+        path pays for every store of every query; this costs a few."""
+        store = cls.__new__(cls)
+        store.dim, store.dtype, store.normalize = int(values.shape[1]), values.dtype, False
+        store.device = values.device
+        store._write_lock = threading.Lock()
+        store._buf = values
+        store._cols = _Columns()
+        n = ids.size
+        ids_t = torch.from_numpy(ids)
+        store._snap = StoreSnapshot(values, torch.from_numpy(offsets), ids_t, torch.from_numpy(np.ones(n, bool)),
+                                    int(ids[-1]) + 1 if n else 0, n,
+                                    lookup=(ids_t, torch.from_numpy(np.arange(n, dtype=np.int64))))
+        return store
+
     def extend_wrapped(self, values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor) -> None:
         """Appends items whose rows already follow the current ``T`` rows in `values`, without
         copying: `values` ``[T + t, d]`` must begin with the current rows, unchanged (e.g. a

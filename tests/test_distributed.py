@@ -466,3 +466,69 @@ def test_stage_one_does_not_ship_what_the_driver_caches(sharded, single):
     col_of = {d: c for c, d in enumerate(pipe._known[0]["doc_ids"])}
     fewer = sharded.call(0, "recall_scores", payload, cfg.recall_ranker, known, cfg.kd, [], True, [col_of[ids[0]]])
     assert ids and pickle.loads(fewer["docs"])["ids"] == ids[1:]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_the_gathered_index_equals_one_built_by_add_documents(docs, tmp_path, dtype_name):
+    """No Ray: the per-query gathered index (stores adopted without checks, aliases through the
+    cached key) holds what ``add_documents`` builds from the same documents in the same order:
+    every store snapshot (values, offsets, ids, alive, id lookup), the merged graph's arrays,
+    aliases and node names, node uids and the view's per-store arrays."""
+    import torch
+    from colgraph_engine.distributed.bundle import unpack_documents
+    from colgraph_engine.distributed.gather import RowFiles, gathered_index
+    from colgraph_engine.distributed.shard import Shard
+    from colgraph_engine.kg.parts import MappedPart
+    from colgraph_engine.pipeline.view import IndexView
+    dtype = getattr(torch, dtype_name)
+    KnowledgeIndex.create(tmp_path / "one", ENC, dtype=dtype).add_documents(docs)
+    shard = Shard(tmp_path / "one")
+    ids = shard.documents()[3::2]  # a subset with gaps, in the shard's order
+    files, items = RowFiles(), []
+    for graph, vectors in unpack_documents(shard.gather_documents(ids, by_file=True)):
+        graph = MappedPart(Path(graph.path), shard.index.dims, dtype, header_sha256=graph.header_sha256).document(graph.pos)
+        items.append((graph, {s: (local, np.array(files.rows(rows, dtype)), off) for s, (local, rows, off) in vectors.items()}))
+    got = gathered_index(ENC, dtype, items)
+    want = KnowledgeIndex(ENC, dtype=dtype)
+    want.add_documents([g for g, _ in items], [_item_vectors(shard, g.doc_id, dtype) for g, _ in items])
+    assert list(got.stores) == list(want.stores) and got.documents == want.documents
+    for name in want.stores:
+        a, b = got.stores[name].snapshot(), want.stores[name].snapshot()
+        for field in ("values", "offsets", "ids", "alive"):
+            assert torch.equal(getattr(a, field), getattr(b, field)), (name, field)
+        assert (a.next_id, a.n_live) == (b.next_id, b.n_live)
+        assert all(torch.equal(x, y) for x, y in zip(a.lookup(), b.lookup())), name
+    ga, gb = got.graph, want.graph
+    assert np.array_equal(ga.node_kind, gb.node_kind) and np.array_equal(ga.node_doc, gb.node_doc)
+    assert all(np.array_equal(x, y) for x, y in zip(ga.edges(), gb.edges()))
+    assert np.array_equal(ga.alias_of, gb.alias_of) and (ga.alias_of >= 0).any()  # groups exist and match
+    assert list(ga.node_names) == list(gb.node_names)
+    assert np.array_equal(got.node_uid(), want.node_uid()) and np.array_equal(got.edge_uid(), want.edge_uid())
+    va, vb = IndexView(got), IndexView(want)
+    for name in vb.stores:
+        for field in ("doc", "local", "node", "numbers", "first_slot"):
+            assert np.array_equal(getattr(va.stores[name], field), getattr(vb.stores[name], field)), (name, field)
+
+
+def _item_vectors(shard, doc_id, dtype):
+    from colgraph_engine.distributed.gather import item_vectors
+    return item_vectors(shard.stored_documents([doc_id])[0][1], dtype)
+
+
+def test_string_columns_and_node_names_take_positions():
+    from colgraph_engine.graph.knowledge_graph import NodeNames
+    from colgraph_engine.kg.strings import StringColumn
+    words = ["Fuji", "", "Mont Blanc", "Ærø", "k2", "Lhotse"]
+    col = StringColumn.from_strings(words)
+    assert col.take([4, 0, 3]) == ["k2", "Fuji", "Ærø"] and col.take([]) == []
+    assert col[2:5].take([0, 2]) == ["Mont Blanc", "k2"]  # a slice shares the blob: offsets need not start at 0
+    with pytest.raises(IndexError):
+        col.take([6])
+    names = NodeNames()
+    names.extend(col[:2])
+    names.extend(["x", "y"])  # a plain list chunk
+    names.extend(col[3:])
+    assert names.take([0, 1, 2, 3, 4, 6]) == ["Fuji", "", "x", "y", "Ærø", "Lhotse"]
+    assert names.take(np.arange(len(names))) == list(names)
+    with pytest.raises(IndexError):
+        names.take([len(names)])

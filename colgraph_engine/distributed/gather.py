@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..graph.knowledge_graph import normalize_name
 from ..kg.index import KnowledgeIndex, make_uid
 from ..kg.parts import StoredDocument
-from ..kg.vectors import Encoders, ItemVectors
+from ..kg.vectors import STORES, Encoders, ItemVectors
 from ..pipeline.pipeline import Result
 from ..store import _DISK_NP, PackedStore
 
@@ -101,28 +102,44 @@ class _GatheredIndex(KnowledgeIndex):
     """An in-memory index of documents taken from committed shard indexes, filled once
     (:func:`gathered_index`): their vectors were validated (shapes, ids, finite values) when
     first added to a shard, so they are not checked again, and each store is one concatenation
-    of the documents' rows wrapped as it is (``PackedStore.wrap``) rather than appended per
-    document."""
+    of the documents' rows wrapped as it is (``PackedStore._wrap_trusted``) rather than appended
+    per document. Built for every query whose document set is new, so its fixed costs count:
+    no empty store is made only to be replaced, and entity names are normalised through the
+    cached :func:`normalize_name` (the same documents come back query after query)."""
+
+    _alias_key = staticmethod(normalize_name)
+
+    def __init__(self, encoders: Encoders, dtype: torch.dtype):
+        super().__init__(None, dtype=dtype, dims={})
+        described = encoders.describe()
+        self.encoders, self.encoder_info = encoders, described
+        self.dims = {s: described[role]["dim"] for s, (role, _) in STORES.items() if described[role] is not None}
 
     def _fill(self, docs: list[tuple]) -> None:
-        # graphs, entries and counts as add_documents puts them (stores left empty), then the stores
+        # graphs, entries and counts as add_documents puts them (no stores yet), then the stores
         self._apply_add([StoredDocument(i, g, {}) for i, (g, _) in enumerate(docs)], [""] * len(docs), {})
-        for store in self.stores:
+        disk = _DISK_NP[self.dtype]
+        for store, dim in self.dims.items():
             pieces = [(i, v[store]) for i, (_, v) in enumerate(docs) if store in v]
             if not pieces:
-                continue
-            values = torch.from_numpy(np.concatenate([rows for _, (_, rows, _) in pieces]))  # one copy: its own rows
+                values, offsets, uids = np.zeros((0, dim), disk), np.zeros(1, np.int64), np.zeros(0, np.int64)
+            else:
+                values = np.concatenate([rows for _, (_, rows, _) in pieces])  # one copy: its own rows
+                # every document's offsets [k+1] end to end: one diff, less the steps between documents
+                ends = np.concatenate([off for _, (_, _, off) in pieces])
+                sizes = np.asarray([off.size for _, (_, _, off) in pieces])
+                lengths = np.delete(np.diff(ends), np.cumsum(sizes)[:-1] - 1)
+                offsets = np.zeros(lengths.size + 1, np.int64)
+                np.cumsum(lengths, out=offsets[1:])
+                uids = make_uid(np.repeat([i for i, _ in pieces], sizes - 1),
+                                np.concatenate([local for _, (local, _, _) in pieces]))
+            values = torch.from_numpy(values)
             if self.dtype == torch.bfloat16:
                 values = values.view(torch.bfloat16)
-            # every document's offsets [k+1] end to end: one diff, less the steps between documents
-            ends = np.concatenate([off for _, (_, _, off) in pieces])
-            sizes = np.asarray([off.size for _, (_, _, off) in pieces])
-            lengths = np.delete(np.diff(ends), np.cumsum(sizes)[:-1] - 1)
-            offsets = np.zeros(lengths.size + 1, np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            uids = make_uid(np.repeat([i for i, _ in pieces], sizes - 1),
-                            np.concatenate([local for _, (local, _, _) in pieces]))
-            self.stores[store] = PackedStore.wrap(values, torch.from_numpy(offsets), torch.from_numpy(uids))
+            if uids.size > 1 and not bool((uids[1:] > uids[:-1]).all()):  # a shard keeps local ids ascending
+                self.stores[store] = PackedStore.wrap(values, torch.from_numpy(offsets), torch.from_numpy(uids))
+            else:
+                self.stores[store] = PackedStore._wrap_trusted(values, offsets, uids)
 
 
 def gathered_index(encoders: Encoders, dtype: torch.dtype, docs: list[tuple]) -> KnowledgeIndex:

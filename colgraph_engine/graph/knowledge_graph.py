@@ -86,6 +86,22 @@ class NodeNames(Sequence):
         for c in self._chunks:
             yield from c
 
+    def take(self, positions) -> list[str]:
+        """The names at ``positions`` (ascending ints in ``[0, len)``): per chunk one ``take``
+        where the chunk has it (a lazily decoded column), else indexing."""
+        at = np.asarray(positions, np.int64)
+        if at.size and (int(at[0]) < 0 or int(at[-1]) >= len(self)):
+            raise IndexError("NodeNames index out of range")
+        out: list[str] = []
+        start = 0
+        for c, end in zip(self._chunks, self._ends):
+            a, b = np.searchsorted(at, [start, end])
+            if b > a:
+                local = at[a:b] - start
+                out.extend(c.take(local) if hasattr(c, "take") else [c[i] for i in local.tolist()])
+            start = end
+        return out
+
     def __eq__(self, other) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
             return NotImplemented

@@ -227,6 +227,10 @@ class KnowledgeIndex:
         dims: store dimensions when `encoders` is None (store name -> d).
     """
 
+    # the alias key of a re-assembly (None: the uncached normalize_name; a subclass built per
+    # query, whose names repeat across queries, passes the cached one)
+    _alias_key = None
+
     def __init__(self, encoders: Encoders | None = None, *, dtype: torch.dtype = torch.float32,
                  dims: dict[str, int] | None = None):
         if encoders is not None and not isinstance(encoders, Encoders):
@@ -981,7 +985,7 @@ class KnowledgeIndex:
             cat("edge_dst", np.int64) + shift_nodes, node_weight=cat("node_weight", np.float32),
             edge_kind=cat("edge_kind", np.uint8), edge_weight=cat("edge_weight", np.float32), node_names=names)
         alias_of, keys = _Column(np.full(len(names), -1, np.int64)), {}
-        _extend_aliases(alias_of, keys, node_kind, names, 0)
+        _extend_aliases(alias_of, keys, node_kind, names, 0, self._alias_key)
         graph.set_aliases(alias_of.array)
         return _Assembly(graph, list(self._docs), _Column(node_offsets), _Column(edge_offsets),
                          _Column(make_uid(node_doc, local_nodes)),
@@ -1375,17 +1379,23 @@ def _column_blocks(entries: list[_Entry]):
         i = j
 
 
-def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names: list[str], first: int) -> bool:
+def _extend_aliases(alias_of: _Column, keys: dict, node_kind: np.ndarray, names: list[str], first: int,
+                    normalize=None) -> bool:
     """Alias entries for nodes ``first, first+1, ...`` (kinds `node_kind`, names `names`):
     entities with equal :func:`normalize_name` share a group whose id is the first member's node
     id (stable as nodes are appended, so a full re-assembly gives the same ids). `keys` maps a
     normalised name to its first member (a group of one has ``alias_of == -1`` there: one int
-    per name, no per-group object). Returns whether any entry changed."""
+    per name, no per-group object). `normalize`: the key function (default the uncached
+    :func:`normalize_name`). Returns whether any entry changed."""
+    normalize = _normalize if normalize is None else normalize
     arr = alias_of._buf  # entries below alias_of's length; older ones change when a key gains its second member
     changed = False
-    for i in np.flatnonzero(node_kind == NodeKind.ENTITY).tolist():
+    ent = np.flatnonzero(node_kind == NodeKind.ENTITY)
+    # a NodeNames over mapped columns decodes the entity names in one pass per chunk
+    ent_names = names.take(ent) if hasattr(names, "take") else [names[i] for i in ent.tolist()]
+    for i, name in zip(ent.tolist(), ent_names):
         v = first + i
-        key = _normalize(names[i])
+        key = normalize(name)
         head = keys.get(key)
         if head is None:
             keys[key] = v
