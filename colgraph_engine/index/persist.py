@@ -41,7 +41,12 @@ def save(state: IndexState, options: dict, path: str | os.PathLike) -> Path:
     return _arraydir.write(path, FORMAT_NAME, FORMAT_VERSION, meta, arrays)
 
 
-def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple[IndexState, dict]:
+def read(path: str | os.PathLike, *, verify: bool = True) -> tuple[dict[str, torch.Tensor], dict, dict]:
+    """``(arrays, meta, options)`` of a saved directory, checked, without the inverted lists:
+    `arrays` are CPU tensors (``centroids, cutoffs, weights, codes, residuals, offsets, ids``
+    and ``alive`` as bool), `meta` holds ``nbits, unit, build_mse, added_sq_sum, added_tokens,
+    next_id``. For callers that extend the arrays before :func:`assemble` (the carried
+    prefilters' appended pieces, kg/prefilters.py) so the lists are derived once."""
     path = Path(path)
     with _atomic.reading(path):
         m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)
@@ -52,12 +57,13 @@ def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple
         w = codec.packed_width(d, nbits)
         code_np = np.int16 if codec.code_dtype(c) == torch.int16 else np.int32
 
-        def read(name, dt, shape):
+        def read_one(name, dt, shape):
             return torch.from_numpy(_arraydir.read_array(path, m, name, dt, shape, verify=verify))
-        arrays = dict(centroids=read("centroids", np.float32, (c, d)), cutoffs=read("cutoffs", np.float32, ((1 << nbits) - 1,)),
-                      weights=read("weights", np.float32, (1 << nbits,)), codes=read("codes", code_np, (t,)),
-                      residuals=read("residuals", np.uint8, (t, w)), offsets=read("offsets", np.int64, (n + 1,)),
-                      ids=read("ids", np.int64, (n,)), alive=read("alive", np.uint8, (n,)))
+        arrays = dict(centroids=read_one("centroids", np.float32, (c, d)),
+                      cutoffs=read_one("cutoffs", np.float32, ((1 << nbits) - 1,)),
+                      weights=read_one("weights", np.float32, (1 << nbits,)), codes=read_one("codes", code_np, (t,)),
+                      residuals=read_one("residuals", np.uint8, (t, w)), offsets=read_one("offsets", np.int64, (n + 1,)),
+                      ids=read_one("ids", np.int64, (n,)), alive=read_one("alive", np.uint8, (n,)))
     try:
         check_offsets(arrays["offsets"], t, torch.device("cpu"), "offsets.bin")
     except ValueError as exc:
@@ -67,6 +73,7 @@ def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple
         raise FormatError(f"{path / 'codes.bin'}: centroid ids outside [0, {c})")
     if not bool(((arrays["alive"] == 0) | (arrays["alive"] == 1)).all()):
         raise FormatError(f"{path / 'alive.bin'}: expected only 0/1 bytes")
+    arrays["alive"] = arrays["alive"].bool()
     ids = arrays["ids"]
     if torch.unique(ids).numel() != n or (n and int(ids.min()) < 0):
         raise FormatError(f"{path / 'ids.bin'}: ids must be unique and non-negative")
@@ -79,14 +86,27 @@ def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple
     options = m.get("options") if isinstance(m.get("options"), dict) else {}
     if not isinstance(m.get("unit"), bool):
         raise FormatError(f"{path / 'manifest.json'}: field 'unit' missing or invalid")
+    meta = {"nbits": nbits, "unit": m["unit"], "build_mse": float(floats["build_mse"]),
+            "added_sq_sum": float(floats["added_sq_sum"]), "added_tokens": added, "next_id": next_id}
+    return arrays, meta, {k: options[k] for k in _OPTION_KEYS if k in options}
+
+
+def assemble(arrays: dict[str, torch.Tensor], meta: dict, *, device="cpu") -> IndexState:
+    """The state of checked `arrays` and `meta` (as :func:`read` returns them) on `device`,
+    with its inverted lists derived (:func:`.layout.derive_lists`); ``next_id`` is raised past
+    the largest id."""
     dev = torch.device(device)
     a = {k: v.to(dev) for k, v in arrays.items()}
-    a["alive"] = a["alive"].bool()
-    lists = derive_lists(a["codes"], a["offsets"], c)
-    state = IndexState(nbits=nbits, centroids=a["centroids"], cutoffs=arrays["cutoffs"], weights=arrays["weights"],
-                       codes=a["codes"], residuals=a["residuals"], offsets=a["offsets"], ids=a["ids"],
-                       alive=a["alive"], cells_offsets=lists[0], cells=lists[1], ivf_offsets=lists[2],
-                       ivf_docs=lists[3], unit=m["unit"], build_mse=float(floats["build_mse"]),
-                       added_sq_sum=float(floats["added_sq_sum"]), added_tokens=added,
-                       next_id=max(next_id, int(ids.max()) + 1 if n else 0))
-    return state, {k: options[k] for k in _OPTION_KEYS if k in options}
+    n = a["ids"].numel()
+    lists = derive_lists(a["codes"], a["offsets"], a["centroids"].shape[0])
+    return IndexState(nbits=meta["nbits"], centroids=a["centroids"], cutoffs=arrays["cutoffs"],
+                      weights=arrays["weights"], codes=a["codes"], residuals=a["residuals"], offsets=a["offsets"],
+                      ids=a["ids"], alive=a["alive"], cells_offsets=lists[0], cells=lists[1], ivf_offsets=lists[2],
+                      ivf_docs=lists[3], unit=meta["unit"], build_mse=meta["build_mse"],
+                      added_sq_sum=meta["added_sq_sum"], added_tokens=meta["added_tokens"],
+                      next_id=max(meta["next_id"], int(arrays["ids"].max()) + 1 if n else 0))
+
+
+def load(path: str | os.PathLike, *, device="cpu", verify: bool = True) -> tuple[IndexState, dict]:
+    arrays, meta, options = read(path, verify=verify)
+    return assemble(arrays, meta, device=device), options
