@@ -266,7 +266,8 @@ def _prefilter_line(p) -> str:
         if e.get("folder") is None:
             stores.append(f"{s} deferred (below {p['min_tokens']} tokens)")
         else:
-            stores.append(f"{s} built ({e['items']} items, {e['deleted']} deleted, drift {e['drift']:.3f})")
+            pieces = f", {len(e['pieces'])} appended pieces" if e.get("pieces") else ""
+            stores.append(f"{s} built ({e['items']} items, {e['deleted']} deleted, drift {e['drift']:.3f}{pieces})")
     return ("prefilter: " + ", ".join(stores)
             + f"; nbits {p['nbits']}, min_tokens {p['min_tokens']}, rebuild_drift {p['rebuild_drift']}")
 

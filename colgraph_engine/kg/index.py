@@ -7,8 +7,9 @@ Directory layout (format version 3)::
                              next document number, parts (in document order: file name, sha256 of
                              its header, document count, counts by kind), vectors (per store: file
                              name, committed rows), totals (the parts' sums); optionally
-                             prefilter (settings, and per store its folder and that folder's
-                             manifest sha256, or null while deferred)
+                             prefilter (settings, and per store its base folder with that
+                             folder's manifest sha256 and its appended pieces with theirs, or
+                             null while deferred)
       parts/<name>.part      one batch of whole documents in ONE file (see kg/parts.py): graph
                              columns, UTF-8 string blobs and item tables behind a header that holds
                              each array's sha256, and per store the row count and sha256 of the rows
@@ -16,10 +17,12 @@ Directory layout (format version 3)::
       vectors/<store>.<tag>.bin
                              one append-only file of raw rows ``[T, d]`` per store: the rows of
                              every document in document order (the parts' order, then each part's)
-      prefilter/<store>.<tag>/
-                             only for stores that carry a centroid prefilter
-                             (:meth:`KnowledgeIndex.enable_prefilter`; see kg/prefilters.py): one
-                             checksummed folder in the layout of index/persist.py, keyed by uids
+      prefilter/<store>.<tag>/   only for stores that carry a centroid prefilter
+      prefilter/<store>.<tag>.piece
+                             (:meth:`KnowledgeIndex.enable_prefilter`; see kg/prefilters.py): a
+                             base folder in the layout of index/persist.py, keyed by uids, plus
+                             one appended piece file per later commit (merged, and compacted
+                             into a new base when they outgrow it)
 
 Each part's documents are one contiguous run of the document order, so each part owns one
 contiguous row range of every vector file; the range's sha256 sits in the part's header (whose
@@ -38,10 +41,10 @@ manifest (temporary file, fsync, ``os.replace``, fsync of the folder). The appen
 part, the parts folder and the manifest's temporary file are fsync'ed together (concurrently)
 before the rename: a constant number of fsyncs per commit (one per store that got rows, plus
 four) in two rounds, however many documents and arrays. A store that carries a prefilter and
-gets rows (or loses them) has its next prefilter computed before anything is written and saved to
-a new folder ``prefilter/<store>.<tag>`` (fsync'ed) before the manifest that names it replaces
-the old one, so the manifest commits the rows and the prefilter together (the folder is
-rewritten whole: O(the store's compressed codes) per such commit). Removing one
+gets rows (or loses them) has its next prefilter computed before anything is written; what
+changed is saved as a new piece file ``prefilter/<store>.<tag>.piece`` (O(the change); a build,
+rebuild or compaction writes a new base folder instead), fsync'ed before the manifest that names
+it replaces the old one, so the manifest commits the rows and the prefilter together. Removing one
 writes new, compacted vector files for the stores it had rows in (a new tag, never the file a
 reader maps) and a new part for the documents that shared its part, in that part's place of the
 order. Only after the manifest is replaced are parts the new manifest no longer names deleted. A
@@ -70,9 +73,10 @@ The manifest is untrusted input: part names must be plain file names (letters, d
 header must have the sha256 the manifest lists and its document count and counts must match,
 document ids and numbers must be unique (numbers below 2^31), counts are bounded and the totals
 are their sums, vector file names are ``<store>.<hex tag>.bin`` and a vector file must hold at
-least its committed rows; a carried prefilter's folder must have the listed sha256 and hold
-exactly its store's live uids with their token counts (a disagreement is refused unless opened
-with ``repair_prefilter=True``, which rebuilds it from the store and commits it); anything else
+least its committed rows; a carried prefilter's base folder and pieces must have the listed
+sha256 and sizes and together hold exactly its store's live uids with their token counts (a
+disagreement is refused unless opened with ``repair_prefilter=True``, which rebuilds it from the
+store and commits it); anything else
 raises :class:`IndexFormatError`. The ``prefilter`` field keeps the format at version 3: an index
 without it opens as before, and an older writer that does not know the field drops it (its
 folders are then unlisted files, removed by the next change of a writer that knows it). Version-1 directories
@@ -266,6 +270,9 @@ class KnowledgeIndex:
         self._prefilters: dict = {}
         self._pf_files: dict[str, dict] = {}
         self._pf_events: dict[str, str] = {}
+        # False: every change writes a touched store's prefilter folder whole (the layout before
+        # appended pieces; kept for benchmarks/index_prefilter_commit.py to compare against)
+        self._pf_append = True
 
     @staticmethod
     def _check_dims(dims) -> None:
@@ -813,19 +820,22 @@ class KnowledgeIndex:
             self._prefilters[s] = pf
 
     def _write_prefilters(self, plan: dict[str, tuple], *, replace: bool = False) -> tuple[dict[str, dict], list]:
-        """Writes the folders of the plan's changed prefilters (writer lock held); returns the
-        folder entries the next manifest lists and the entries written now (to discard when the
-        commit fails). `replace`: the plan replaces every entry (settings changed)."""
+        """Writes the plan's changed prefilters (writer lock held): an appended piece per store
+        whose prefilter was only updated, else a new base folder (see
+        :func:`.prefilters.write_next`); returns the entries the next manifest lists and the
+        names written now (to discard when the commit fails). `replace`: the plan replaces
+        every entry (settings changed, or a new directory): new bases only."""
         files = {} if replace else {s: dict(e) for s, e in self._pf_files.items()}
         written = []
         try:
             for s, (pf, why) in plan.items():
                 if why == "unchanged" and not replace:
                     continue
-                files.pop(s, None)
+                committed = files.pop(s, None)
                 if pf is not None:
-                    files[s] = _pf.write(self.path, s, pf)
-                    written.append(files[s])
+                    files[s], names = _pf.write_next(self.path, s, pf, why, self._prefilters.get(s), committed,
+                                                     append=self._pf_append and not replace)
+                    written.extend(names)
         except BaseException:
             _pf.discard(self.path, written)
             raise

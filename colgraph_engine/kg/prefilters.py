@@ -28,13 +28,39 @@ results map back to items exactly and a removed document's uids can be deleted f
 A build is deterministic (seeded k-means), so a carried prefilter equals one built from scratch
 by :meth:`PrefilterIndex.build` over the same items in the same order.
 
-On disk each carried prefilter is one checksummed folder ``prefilter/<store>.<hex tag>/`` (the
-layout of :mod:`colgraph_engine.index.persist`), written under a name no manifest lists yet and
-named in the index manifest with the sha256 of its ``manifest.json``; so the index manifest's
-atomic replace commits a store's rows and its prefilter together. A change rewrites the folder
-of each store it touches whole (codes, residuals, ids: O(the store's compressed tokens) per
-commit, not O(the change)); opening loads every carried prefilter into memory and derives its
-inverted lists.
+On disk a carried prefilter is a **base** plus **appended pieces** (the principle of the index's
+vector files: committed bytes never change, a commit writes O(the change)):
+
+* the base is one checksummed folder ``prefilter/<store>.<hex tag>/`` (the layout of
+  :mod:`colgraph_engine.index.persist`: centroids, cutoffs, weights, codes, residuals, offsets,
+  ids, alive and the drift bookkeeping at its writing), written by a build, a rebuild, a
+  compaction or a settings change, named in the index manifest with the sha256 of its
+  ``manifest.json``;
+* each later commit that only updates the prefilter (adds encoded against the base's
+  centroids, removals tombstoned) appends one piece file ``prefilter/<store>.<hex tag>.piece``:
+  the added items' codes, residuals, token counts and uids and the deleted uids
+  (:mod:`.prefilter_pieces`: format and why one file), listed in order in the entry's
+  ``pieces`` with its sha256 and counts. An entry with pieces also holds the current drift
+  bookkeeping (``added_sq_sum``, ``added_tokens``, ``next_id``; the base's build_mse stands);
+* pieces merge as a binary counter (a new piece absorbs the trailing pieces no larger than what
+  it has gathered; ours, as the index's parts merge), so a store keeps about log2(appended
+  items) + 1 pieces, and a **compaction** writes a new base and drops the pieces once they would
+  hold more than :data:`COMPACT_RATIO` (ours: 1.0) added-plus-deleted items per item of the base:
+  a compaction then writes fewer than twice the items its pieces held (base + added < 2 x
+  pieces), so compactions cost O(1) writes per appended item amortised and merges O(log); open
+  reads at most about twice the base's items and log2 of them in files.
+
+Every base and piece is written under a fresh name, fsync'ed, before the index manifest that
+lists it replaces the old one, so that atomic replace commits a store's rows, its base and all its
+pieces together; names written for a change that did not commit are removed at once
+(:func:`discard`), or, after a crash, by the next change (:func:`remove_unlisted`: whatever no
+entry lists). Opening reads the base, appends its pieces' items, tombstones their deleted uids and
+derives the inverted lists once: the same state, array for array, as the prefilter in memory
+after the same changes. Entries written before pieces existed (a base folder and no ``pieces``)
+open unchanged and take pieces from their next change; an older writer reading an entry with
+pieces sees only its base, which disagrees with the store (refused, or rebuilt with
+``repair_prefilter=True``). ``KnowledgeIndex._pf_append = False`` writes the base whole on every
+commit (the layout before pieces; benchmarks/index_prefilter_commit.py compares both).
 """
 from __future__ import annotations
 
@@ -50,6 +76,7 @@ import numpy as np
 import torch
 
 from .. import _arraydir, _atomic
+from . import prefilter_pieces as _pieces
 
 DEFAULT_STORES = ("segment", "table")  # the text stores of document recall
 DEFAULT_MIN_TOKENS = 4096
@@ -57,6 +84,9 @@ DEFAULT_REBUILD_DRIFT = 1.5
 DRIFT_MIN_ADDED = 0.1  # drift is judged once the added tokens reach this fraction of the built ones
 NBITS = (1, 2, 4)
 FOLDER = "prefilter"
+COMPACT_RATIO = 1.0  # pieces may hold at most this many items (added + deleted) per item of the base
+_BOOKKEEPING = ("added_sq_sum", "added_tokens", "next_id")  # an entry with pieces holds the current ones
+_MAX_UID = 1 << 63
 _FOLDER_NAME = re.compile(r"([a-z_]{1,32})\.[0-9a-f]{8,32}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -132,8 +162,28 @@ def parse_section(m: dict, dims: dict[str, int], mf: Path) -> tuple[PrefilterSet
         if not ok:
             raise FormatError(f"{mf}: prefilter entry of store {s!r} invalid (a folder '<store>.<hex>', its "
                               f"manifest's sha256, items, deleted, drift)")
+        if not _pieces_ok(e, s):
+            raise FormatError(f"{mf}: prefilter entry of store {s!r} invalid (pieces: a list of distinct files "
+                              f"'<store>.<hex>.piece' with sha256, items, tokens, deleted; with pieces, the "
+                              f"current {', '.join(_BOOKKEEPING)})")
         files[s] = dict(e)
     return settings, files
+
+
+def _pieces_ok(e: dict, store: str) -> bool:
+    """Whether entry `e`'s pieces (absent in entries written before pieces existed) and, when
+    it has any, its drift bookkeeping are well formed."""
+    pieces = e.get("pieces", [])
+    if not isinstance(pieces, list) or not all(_pieces.entry_ok(p, store) for p in pieces):
+        return False
+    if len({p["file"] for p in pieces}) != len(pieces):
+        return False
+    if not pieces:
+        return True
+    sq, tokens, next_id = (e.get(k) for k in _BOOKKEEPING)
+    return (isinstance(sq, (int, float)) and not isinstance(sq, bool) and sq >= 0
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in (tokens, next_id))
+            and 0 <= tokens <= _arraydir.MAX_COUNT and 0 <= next_id <= _MAX_UID)
 
 
 # -- the next prefilter of a store ---------------------------------------------------------------
@@ -216,49 +266,118 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
 
 # -- folders -------------------------------------------------------------------------------------
 
+def _entry(prefilter, folder: str, sha256: str, pieces: list[dict]) -> dict:
+    s = prefilter.snapshot()
+    e = {"folder": folder, "sha256": sha256, "items": s.n_live, "deleted": s.n_slots - s.n_live,
+         "drift": round(float(prefilter.drift()), 6), "pieces": pieces}
+    if pieces:  # the base's manifest holds the values at its writing; the pieces changed them
+        e.update(added_sq_sum=s.added_sq_sum, added_tokens=s.added_tokens, next_id=s.next_id)
+    return e
+
+
 def write(index_path: Path, store: str, prefilter) -> dict:
-    """Saves `prefilter` into a new folder ``prefilter/<store>.<tag>`` of the index directory
-    (atomic, fsync'ed, and the parent folder too); returns its manifest entry."""
+    """Saves `prefilter` whole as a new base folder ``prefilter/<store>.<tag>`` of the index
+    directory (atomic, fsync'ed, and the parent folder too); returns its manifest entry (no
+    pieces)."""
     parent = index_path / FOLDER
     if not parent.is_dir():
         parent.mkdir()
         _atomic.fsync_dir(index_path)
     name = f"{store}.{uuid.uuid4().hex[:16]}"
     prefilter.save(parent / name)
-    s = prefilter.snapshot()
-    return {"folder": name, "sha256": _atomic.sha256_file(parent / name / "manifest.json"), "items": s.n_live,
-            "deleted": s.n_slots - s.n_live, "drift": round(float(prefilter.drift()), 6)}
+    return _entry(prefilter, name, _atomic.sha256_file(parent / name / "manifest.json"), [])
 
 
-def discard(index_path: Path, entries) -> None:
-    """Removes folders written for a change that did not commit."""
+def write_next(index_path: Path, store: str, prefilter, why: str, committed=None, entry: dict | None = None, *,
+               append: bool = True) -> tuple[dict, list[str]]:
+    """Writes what the next index manifest needs to commit `prefilter` (the plan's next one for
+    `store`, `why` as :func:`next_prefilter` says): one appended piece when `committed` (the
+    prefilter the committed `entry` holds) was only updated into it, else a new base (a build,
+    a rebuild, a compaction, or `append` False: the whole folder, as before pieces existed).
+    Returns ``(entry for the next manifest, names written now under prefilter/)``; nothing
+    committed is changed (a merged piece is written anew; the merged ones go once unlisted)."""
+    if append and committed is not None and entry is not None and why.startswith("updated"):
+        out = _append(index_path, store, prefilter, committed, entry)
+        if out is not None:
+            return out
+    e = write(index_path, store, prefilter)
+    return e, [e["folder"]]
+
+
+def _append(index_path: Path, store: str, prefilter, committed, entry: dict) -> tuple[dict, list[str]] | None:
+    """The new piece for a change from `committed` to `prefilter` (absorbing the trailing pieces
+    :func:`.prefilter_pieces.absorbed_from` names), or None when a new base is due: the change
+    is not an append, the pieces would pass :data:`COMPACT_RATIO` times the base's items, or a
+    piece to absorb cannot be read back (memory is the truth then: the base is written from it)."""
+    before, after = committed.snapshot(), prefilter.snapshot()
+    if (entry["items"], entry["deleted"]) != (before.n_live, before.n_slots - before.n_live) \
+            or not _pieces.continues(before, after):
+        return None  # `committed` is not what `entry` holds, or the change is no append
+    listed = list(entry.get("pieces", ()))
+    base_slots = before.n_slots - sum(p["items"] for p in listed)
+    base_tokens = before.n_tokens - sum(p["tokens"] for p in listed)
+    deleted = before.ids[before.alive & ~after.alive[:before.n_slots]]
+    size = after.n_slots - before.n_slots + int(deleted.numel())
+    if sum(map(_pieces.size_of, listed)) + size > COMPACT_RATIO * base_slots:
+        return None
+    first = _pieces.absorbed_from(listed, size)
+    parent = index_path / FOLDER
+    try:
+        earlier = [_pieces.read(parent, e, before.codes.dtype, before.residuals.shape[1]).deleted
+                   for e in listed[first:]]
+    except (FormatError, OSError) as exc:
+        log.warning("colgraph_engine: %s; writing the prefilter of store %r whole instead", exc, store)
+        return None
+    slot = base_slots + sum(p["items"] for p in listed[:first])
+    token = base_tokens + sum(p["tokens"] for p in listed[:first])
+    piece = _pieces.write(parent, store, _pieces.since(after, slot, token, torch.cat([*earlier, deleted.cpu()])))
+    return _entry(prefilter, entry["folder"], entry["sha256"], listed[:first] + [piece]), [piece["file"]]
+
+
+def _listed(entry: dict) -> list[str]:
+    return [entry["folder"], *(p["file"] for p in entry.get("pieces", ()))]
+
+
+def discard(index_path: Path, names) -> None:
+    """Removes the folders and piece files written for a change that did not commit."""
     import shutil
-    for e in entries:
-        shutil.rmtree(index_path / FOLDER / e["folder"], ignore_errors=True)
+    for name in names:
+        path = index_path / FOLDER / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def remove_unlisted(index_path: Path, files: dict[str, dict]) -> None:
+    """Removes every folder and file under prefilter/ that no entry of `files` names."""
     import shutil
     parent = index_path / FOLDER
     if not parent.is_dir():
         return
-    listed = {e["folder"] for e in files.values()}
+    listed = {n for e in files.values() for n in _listed(e)}
     for entry in parent.iterdir():
         if entry.name not in listed:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def load(index_path: Path, store_name: str, entry: dict, store, settings: PrefilterSettings, *, verify: bool):
-    """The prefilter a manifest entry names, checked against its folder's checksum and against
-    `store` (the same live uids with the same token counts, the settings' nbits, the store's
-    dimension); FormatError naming the folder otherwise."""
-    from ..index import PrefilterIndex
+    """The prefilter a manifest entry names: its base folder (checked against the entry's
+    sha256) with its pieces appended (each checked against its own), the inverted lists
+    derived once over the whole; then checked against `store` (the same live uids with the same
+    token counts, the settings' nbits, the store's dimension). FormatError naming the folder
+    or piece otherwise."""
+    from ..index import PrefilterIndex, persist
     folder = index_path / FOLDER / entry["folder"]
     if not (folder / "manifest.json").is_file():
         raise FormatError(f"{folder}: prefilter of store {store_name!r} is missing (the manifest lists it)")
     if _atomic.sha256_file(folder / "manifest.json") != entry["sha256"]:
         raise FormatError(f"{folder}: prefilter manifest checksum mismatch (changed after it was committed)")
-    pf = PrefilterIndex.load(folder, verify=verify)
+    arrays, meta, options = persist.read(folder, verify=verify)
+    pieces = entry.get("pieces", [])
+    if pieces:
+        width = int(arrays["residuals"].shape[1])
+        got = [_pieces.read(index_path / FOLDER, p, arrays["codes"].dtype, width, verify=verify) for p in pieces]
+        arrays = _pieces.apply(arrays, got, f"{folder} and its {len(pieces)} pieces")
+        meta = {**meta, **{k: entry[k] for k in _BOOKKEEPING}, "added_sq_sum": float(entry["added_sq_sum"])}
+    pf = PrefilterIndex(persist.assemble(arrays, meta), options)
     check_agrees(pf, store, store_name, settings, folder)
     return pf
 
