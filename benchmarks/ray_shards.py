@@ -24,7 +24,8 @@ Variants, each query run by every variant back to back (round robin, so load dri
 shared machine hit all alike): ``single`` (``Pipeline.retrieve``); ``S shards`` with S = 1, 2, 4
 (``ShardedPipeline.retrieve`` with its defaults: top-Kd protocol, rows read from the shards'
 vector files, the top lists' documents shipped with the stage-1 answers; no driver caches: every
-recalled document is gathered); ``2 shards, two rounds`` (``prefetch=False``: the documents
+recalled document is gathered; calls over the direct connections to the actors); ``2 shards, Ray
+calls`` (the same calls as Ray actor calls: ``ShardedIndex.direct`` off); ``2 shards, two rounds`` (``prefetch=False``: the documents
 fetched in a second call); ``2 shards, rows via Ray`` (``gather_from="ray"``: two rounds, the
 rows as bytes through Ray); ``2 shards, full`` (every score sent: the O(documents) protocol that
 image queries use); ``2 shards, doc cache`` (the driver's document cache warmed by one pass:
@@ -70,6 +71,27 @@ from colgraph_engine.kg import Encoders  # noqa: E402
 from colgraph_engine.pipeline import Pipeline, PipelineConfig  # noqa: E402
 
 PAGES = 100_000_000
+
+
+class RayCalls:
+    """A :class:`ShardedPipeline` whose calls to the shards are Ray actor calls (its sharded
+    index's direct connections switched off for the duration of each of its queries)."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+
+    def retrieve(self, q):
+        return self.retrieve_batch([q])[0]
+
+    def retrieve_batch(self, qs):
+        self.pipe.sharded.direct = False
+        try:
+            return self.pipe.retrieve_batch(qs)
+        finally:
+            self.pipe.sharded.direct = True
+
+    def __getattr__(self, name):
+        return getattr(self.pipe, name)
 
 
 def summary(r) -> str:
@@ -147,6 +169,7 @@ def main() -> None:
         variants[f"{s2} shards, rows via Ray"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0,
                                                                  gather_from="ray")
         variants[f"{s2} shards, full"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0, protocol="full")
+        variants[f"{s2} shards, Ray calls"] = RayCalls(ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0))
         cached = ShardedPipeline(sharded[s2], cfg, doc_cache=1 << 20, view_cache=0)
         variants[f"{s2} shards, doc cache"] = cached
         out["loadavg_start"] = os.getloadavg()
@@ -331,7 +354,8 @@ def report(out: dict) -> str:
     L += ["", "Batches of {}: ".format(out["config"]["batch"]) + "; ".join(
         f"{b['variant']} {b['ms_per_query']:.1f} ms per query" for b in out["batch"]) + ".", ""]
     L += ["Variants: `S shards` gather from the shards' vector files with the documents shipped in the stage-1 "
-          "answer (one round; the defaults), `two rounds` fetches them in a second call, `rows via Ray` moves the "
+          "answer (one round), calls over the direct connections to the shard actors (the defaults), `Ray calls` makes "
+          "the same calls as Ray actor calls, `two rounds` fetches them in a second call, `rows via Ray` moves the "
           "rows as bytes through Ray in that second call (the previous design's data path), `full` sends every "
           "score, `doc cache` has every document in the driver's cache, `N thread(s) each` gives each shard's native "
           "kernels cores / shards threads instead of every core. Where the sharded time goes (medians, ms; "
@@ -346,40 +370,41 @@ def report(out: dict) -> str:
     L.append("")
     by = {r["variant"]: r for r in rows}
     w = out["wire"]
-    if all(k in by for k in ("2 shards", "2 shards, doc cache", "2 shards, two rounds", "2 shards, rows via Ray")):
-        two, cached, rounds, viaray = (by[k] for k in ("2 shards", "2 shards, doc cache", "2 shards, two rounds",
-                                                         "2 shards, rows via Ray"))
+    if all(k in by for k in ("2 shards", "2 shards, doc cache", "2 shards, two rounds", "2 shards, rows via Ray",
+                             "2 shards, Ray calls")):
+        two, cached, rounds, viaray, raycalls = (by[k] for k in ("2 shards", "2 shards, doc cache", "2 shards, two rounds",
+                                                                  "2 shards, rows via Ray", "2 shards, Ray calls"))
         sp, s1 = two["spans_ms"], by["single"]["stages_ms"]
         s27 = lambda r: sum(v for k, v in r["stages_ms"].items()  # noqa: E731
                             if k in ("merge", "seeds", "expand", "visual", "evidence", "context"))
         target = "met" if two["overhead_ms"] <= 5 else "**not met**"
         L += ["**Reading.** The target (overhead <= 5 ms per query with 2 shards) is " + target + " in this run: "
-              f"{two['overhead_ms']:+.1f} ms cold (every document gathered; the last run before this change measured "
-              "+16.6), " f"{cached['overhead_ms']:+.1f} ms with the driver's document cache warm (was +6.8). Same run, "
-              f"same queries: two rounds {rounds['overhead_ms']:+.1f} ms, rows via Ray {viaray['overhead_ms']:+.1f} ms"
+              f"{two['overhead_ms']:+.1f} ms cold (every document gathered; the previous committed run, with Ray actor "
+              "calls and the gathered index built through the checked store paths, measured +9.3), "
+              f"{cached['overhead_ms']:+.1f} ms with the driver's document cache warm. Same run, same queries: the same "
+              f"calls as Ray actor calls {raycalls['overhead_ms']:+.1f} ms (dispatch {raycalls['spans_ms']['dispatch']:.1f}"
+              f" and reply {raycalls['spans_ms']['reply']:.1f} ms against {sp['dispatch']:.1f} and {sp['reply']:.1f} ms), "
+              f"two rounds {rounds['overhead_ms']:+.1f} ms, rows via Ray {viaray['overhead_ms']:+.1f} ms"
               + "".join(f", {r['variant'].split(', ')[1]} {r['overhead_ms']:+.1f} ms" for r in rows
                         if r["variant"].endswith(" each")) + ". "
               f"Where it goes (2 shards, medians): the slowest shard's stage 1 takes {sp['shard_compute']:.1f} ms "
               f"against {s1.get('recall', 0):.1f} ms for stage 1 in one process (two shards share the 2 cores); around "
-              f"it the driver's `.remote` calls take {sp['submit']:.1f} ms, the first shard starts after "
+              f"it sending the calls takes {sp['submit']:.1f} ms, the first shard starts after "
               f"{sp['dispatch_first']:.1f} ms and the last after {sp['dispatch']:.1f} ms (our reading, not isolated: the "
-              f"last shard's process competes for the 2 cores with the first one's scan), {sp['ship']:.1f} ms packing the shipped documents (its top lists, "
-              f"{w['shipped_documents_per_shard']:.0f} per shard, {w['ship_answer_bytes_per_shard'] / 1024:.0f} KiB "
-              f"per answer: {'under' if w['ship_answer_bytes_per_shard'] < 100 * 1024 else 'over'} Ray's 100 KiB inline "
-              f"limit for answers carried in the reply) and {sp['reply']:.1f} ms until both answers are in; the "
-              f"merge {sp['fuse']:.1f} ms; the gather {sp['fetch']:.1f} ms (unpacking and reading "
+              f"last shard's process competes for the 2 cores with the first one's scan), {sp['ship']:.1f} ms packing the "
+              f"shipped documents (its top lists, {w['shipped_documents_per_shard']:.0f} per shard, "
+              f"{w['ship_answer_bytes_per_shard'] / 1024:.0f} KiB per answer) and {sp['reply']:.1f} ms until both answers "
+              f"are in; the merge {sp['fuse']:.1f} ms; the gather {sp['fetch']:.1f} ms (unpacking and reading "
               f"{w['gather_rows_read_per_query'] / 2**20:.1f} MiB of rows from the shards' files, no second round; "
               f"{rounds['spans_ms']['fetch']:.1f} ms as a second round, {viaray['spans_ms']['fetch']:.1f} ms with the "
               f"rows through Ray), the gathered index {sp['build']:.1f} ms and its view {sp['view']:.1f} ms; stages 2-7 "
               f"{s27(two):.1f} ms against {s27(by['single']):.1f} ms on the whole index. The overhead grows with the "
               "shard count by the extra calls and answers per round (1 -> 2 -> 4 shards above). With the document "
               f"cache warm the gather is the build and view alone ({cached['spans_ms']['build']:.1f} + "
-              f"{cached['spans_ms']['view']:.1f} ms; the previous run's 4.4 ms gather did not count the view), and "
-              f"shipping is pure cost there ({cached['spans_ms']['ship']:.1f} ms packing): each shard's top lists hold "
-              "about Kd / 2 documents outside the global top-Kd, which the driver never needed, so never cached. "
-              "The shards run at niceness 0 here (Ray's default is 15, below the single-process baseline's 0 on a "
-              "shared machine); its effect was not isolated (two `--quick --shards 1,2` runs on the loaded machine, "
-              "niceness 15 and 0, gave +10.6 and +13.9 ms for 2 shards: noise larger than any effect).", ""]
+              f"{cached['spans_ms']['view']:.1f} ms), and shipping is pure cost there ({cached['spans_ms']['ship']:.1f} ms "
+              "packing): each shard's top lists hold about Kd / 2 documents outside the global top-Kd, which the driver "
+              "never needed, so never cached. The shards run at niceness 0 here (Ray's default is 15, below the "
+              "single-process baseline's 0 on a shared machine).", ""]
     L += ["## Bytes per query (2 shards)", "",
           f"* scatter: {w['query_payload_bytes']:,} B of packed query tokens per shard;",
           f"* stage-1 answers: {w['top_answer_bytes_per_shard']:,.0f} B per shard with the top-Kd protocol, "
@@ -387,7 +412,7 @@ def report(out: dict) -> str:
           f"({w['shipped_documents_per_shard']:.0f} documents as references: part file positions and row ranges), "
           f"{w['full_answer_bytes_per_shard']:,.0f} B with every score ({w['documents_per_shard']:.0f} documents "
           "per shard);",
-          f"* gather: {w['gather_file_refs_bytes_per_query']:,.0f} B per query through Ray (the Kd documents' part "
+          f"* gather: {w['gather_file_refs_bytes_per_query']:,.0f} B per query on the wire (the Kd documents' part "
           f"file positions and row ranges) plus {w['gather_rows_read_per_query']:,.0f} B of rows read from the shards' "
           "vector files and the graphs cut out of their part files (memory maps); "
           f"{w['gather_bytes_per_query']:,.0f} B through Ray when the driver does not see the files (graphs and rows "

@@ -6,6 +6,7 @@ leftovers of an interrupted change are invisible and repaired on open; bad input
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -211,16 +212,21 @@ def test_a_shard_killed_mid_query_raises_or_retries_never_partial(sharded, singl
         if stage == "recall" and not killed:
             killed.append(victim)
             actor = sharded.actors[victim]
+            pid = ray.get(actor.ping.remote())
             ray.kill(actor)
-            # ray.kill is asynchronous: wait until the actor is gone, so the query's next call
-            # to it is the one that meets a dead actor (not a race with the kill)
+            # ray.kill is asynchronous: wait until the actor's process is gone (Ray may call the
+            # actor dead a moment before its process exits, and the direct connection reaches
+            # the process), so the query's next call to it is the one that meets a dead actor
             for _ in range(200):
                 try:
-                    ray.get(actor.ping.remote(), timeout=5)
-                except ray.exceptions.RayActorError:
-                    return
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
                 time.sleep(0.05)
-            raise AssertionError("the killed actor still answers")
+            else:
+                raise AssertionError("the killed actor's process is still running")
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(actor.ping.remote(), timeout=5)
 
     no_retry = ShardedPipeline(sharded, cfg, retries=0, doc_cache=0, view_cache=0, on_stage=kill_once)
     with pytest.raises(ShardUnavailableError, match=f"shard {victim}") as err:
@@ -239,8 +245,10 @@ def test_a_shard_killed_mid_query_raises_or_retries_never_partial(sharded, singl
     assert again.stats["retries"] == 1 and killed == [victim]
 
     # a shard that does not answer in time counts as lost (no retries: the error, no results)
-    with pytest.raises(ShardUnavailableError, match="GetTimeoutError"):
+    with pytest.raises(ShardUnavailableError, match="TimeoutError"):
         ShardedPipeline(sharded, cfg, retries=0, timeout_s=1e-6).retrieve_batch(qs)
+    # the late answers of that call are never read as the next call's (its connections were dropped)
+    assert_identical(ref, ShardedPipeline(sharded, cfg, retries=0, doc_cache=0).retrieve_batch(qs), "after a timeout")
 
 
 def test_bad_input_is_named(sharded, tmp_path):
@@ -258,6 +266,8 @@ def test_bad_input_is_named(sharded, tmp_path):
         ShardedPipeline(sharded, gather_from="disk")
     with pytest.raises(TypeError, match="prefetch"):
         ShardedPipeline(sharded, prefetch="yes")
+    with pytest.raises(TypeError, match="direct"):
+        ShardedIndex.open(sharded.root, ENC, direct="yes")
     with pytest.raises(ValueError, match="encoders"):
         ShardedIndex.open(sharded.root, Encoders.offline(text_dim=64))
     with pytest.raises(ValueError, match="sharded index"):
@@ -400,6 +410,26 @@ def test_gather_paths_and_shipping_give_identical_results(sharded, single):
                 assert pipe.last_spans["fetch"] < pipe.last_spans["scatter"]
     with pytest.raises(ValueError, match="gather_from"):
         ShardedPipeline(sharded, gather_from="disk")
+
+
+def test_ray_calls_and_direct_connections_give_identical_results(sharded, single):
+    """The query path's calls as Ray actor calls (``direct=False``) and over the direct
+    connections (the default) give the same results; the connections serve only the query path."""
+    qs = [q for q in questions() if not isinstance(q, Query) or q.image is None]
+    ref = Pipeline(single, ENC, PipelineConfig(kd=5)).retrieve_batch(qs)
+    assert sharded.direct is True
+    try:
+        for direct in (False, True):
+            sharded.direct = direct
+            pipe = ShardedPipeline(sharded, PipelineConfig(kd=5), doc_cache=0, view_cache=0, prefetch=False)
+            for _ in range(2):
+                assert_identical(ref, pipe.retrieve_batch(qs), f"direct={direct}")
+            assert_identical(ref[:2], [pipe.retrieve(q) for q in qs[:2]], f"direct={direct}, one at a time")
+        assert all(sharded.channels.has(i) for i in range(sharded.map.n_shards))
+        with pytest.raises(ValueError, match="'add' is not served"):
+            sharded.channels.call_many({0: ("add", ([], []))})
+    finally:
+        sharded.direct = True
 
 
 def test_a_driver_that_cannot_see_the_shard_files_falls_back_to_bytes(ray_session, single, tmp_path):

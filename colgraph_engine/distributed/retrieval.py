@@ -247,16 +247,15 @@ class ShardedPipeline:
         """Stage 1 on every shard at once; learns each shard's document list when it changed."""
         sh = self.sharded
         t0, sent = time.perf_counter(), time.time()
-        refs = []
+        calls = {}
         for i in range(sh.map.n_shards):
             known = self._known.get(i, {}).get("version")
             skip = self._columns_of(i, order)[3].tolist() if top else None
             ship_i = ship and (self.gather_from == "files" or self._files_ok.get(i, True))
             have = self._held_columns(i) if ship_i and self._docs else None
-            refs.append(sh.actors[i].recall_scores.remote(arg, cfg.recall_ranker, known, cfg.kd if top else None, skip,
-                                                          ship_i, have))
+            calls[i] = ("recall_scores", (arg, cfg.recall_ranker, known, cfg.kd if top else None, skip, ship_i, have))
         self.last_spans["submit"] += time.perf_counter() - t0
-        answers = [sh.get(i, r, self.timeout_s) for i, r in enumerate(refs)]
+        answers = list(sh.scatter(calls, self.timeout_s, small=isinstance(arg, bytes)).values())
         spans, received = self.last_spans, time.time()
         spans["scatter"] += time.perf_counter() - t0
         # wall clocks of one node: the call's way out to the last shard to start, and back from the last to end
@@ -374,8 +373,9 @@ class ShardedPipeline:
         sh = self.sharded
         by_file = {s: self.gather_from == "files" or (self.gather_from == "auto" and self._files_ok.get(s, True))
                    for s in want}
-        refs = [(s, sh.actors[s].gather_sendable.remote(ds, by_file[s])) for s, ds in want.items()]
-        answers = {s: self._unpack(sh.get(s, r, self.timeout_s)) for s, r in refs}
+        got = sh.scatter({s: ("gather_sendable", (ds, by_file[s])) for s, ds in want.items()}, self.timeout_s,
+                         small=all(by_file.values()))  # rows as bytes: through Ray's object store
+        answers = {s: self._unpack(a) for s, a in got.items()}
         out, again = {}, {}
         for s, ds in want.items():
             try:

@@ -15,11 +15,17 @@ A shard answers two questions of the query path:
 Writes (:meth:`add`, :meth:`remove`) go through the shard's own :class:`KnowledgeIndex`
 directory (committed before the call returns). A shard opens its directory with encoders=None:
 queries are encoded on the driver, and documents arrive encoded.
+
+The query path's calls (stage 1, the gather) can also arrive over a direct connection
+(:meth:`Shard.open_channel`, :mod:`.channel`), served on another thread: every entry point holds
+the shard's lock, so those calls and the Ray calls never interleave.
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -31,8 +37,20 @@ from ..kg.index import KnowledgeIndex
 from ..pipeline.recall import IMAGE_STORES, TEXT_STORES, _side_scores
 from ..pipeline.view import IndexView
 from .bundle import PartRef, pack_documents
+from .channel import ChannelServer
 
 SIDE_STORES = {"text": TEXT_STORES, "image": IMAGE_STORES}
+CHANNEL_METHODS = ("recall_scores", "gather_sendable", "ping")  # what the direct connection serves
+
+
+def _locked(method):
+    """Runs the method under the shard's lock (Ray calls and direct-connection calls come from
+    different threads)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
 
 
 class Shard:
@@ -48,6 +66,8 @@ class Shard:
     def __init__(self, path: str | os.PathLike, create: dict | None = None, torch_threads: int | None = None):
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
+        self._lock = threading.RLock()
+        self._channel: ChannelServer | None = None
         self.path = Path(path)
         if create is not None and not (self.path / "manifest.json").exists():
             dtype = getattr(torch, create["dtype"])
@@ -67,10 +87,28 @@ class Shard:
         """The process id (a liveness check)."""
         return os.getpid()
 
+    def open_channel(self, authkey: bytes) -> tuple[str, int]:
+        """Starts serving :data:`CHANNEL_METHODS` over a direct connection (once per actor) on
+        this node's address; returns that address. Only peers holding `authkey` connect."""
+        with self._lock:
+            if self._channel is None:
+                try:
+                    import ray
+                    host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+                except ImportError:
+                    host = "127.0.0.1"
+                self._channel = ChannelServer(self, CHANNEL_METHODS, authkey, host)
+            elif self._channel_key != authkey:
+                raise ValueError("authkey: this shard already serves a channel under another key")
+            self._channel_key = authkey
+            return self._channel.address
+
+    @_locked
     def documents(self) -> list[str]:
         return self.index.documents
 
     # -- query path -------------------------------------------------------------------------------
+    @_locked
     def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None, top: int | None = None,
                       skip: list[int] | None = None, ship: bool = False, have: list[int] | None = None) -> dict:
         """Stage 1 on this shard.
@@ -137,6 +175,7 @@ class Shard:
         out["clock"] = (clock, time.time())
         return out
 
+    @_locked
     def memory(self) -> dict:
         """What this shard holds: documents, items, vector bytes, the merged graph's native
         bytes, the part files' bytes (graphs, strings, item tables; memory-mapped), and this
@@ -168,6 +207,7 @@ class Shard:
             self._units_cache[side] = units
         return self._units_cache[side]
 
+    @_locked
     def stored_documents(self, doc_ids: list[str]) -> list[tuple]:
         """``[(graph, {store: (local [k] int64, values [T, d], offsets [k+1] int64)})]`` of
         `doc_ids`, in that order: each document's graph and its items' vectors as numpy arrays
@@ -192,6 +232,7 @@ class Shard:
                 out[i][1][store] = (sv.local[lo:hi], values[a:b].numpy(), off[lo:hi + 1] - a)
         return out
 
+    @_locked
     def gather_documents(self, doc_ids: list[str], by_file: bool = False) -> dict:
         """The graphs and vectors of `doc_ids` as one bundle (:mod:`.bundle`): what the driver's
         gather asks for. Per store, the documents' slot runs are cut out of the store at once
@@ -227,6 +268,7 @@ class Shard:
         return pack_documents([self._part_ref(d) or self.index.document(d) if by_file else self.index.document(d)
                                for d in doc_ids], stores)
 
+    @_locked
     def gather_sendable(self, doc_ids: list[str], by_file: bool = False) -> dict | bytes:
         """:meth:`gather_documents` as the driver's calls receive it: with `by_file`, the bundle
         pickled here (a few KiB of small arrays: one bytes object crosses Ray cheaper than ~60
@@ -270,11 +312,13 @@ class Shard:
         return self._units_cache[key]
 
     # -- writes -----------------------------------------------------------------------------------
+    @_locked
     def add(self, graphs: list, vectors: list[dict]) -> int:
         """Adds documents (graphs and their vectors) as one commit; returns the document count."""
         self.index.add_documents(graphs, vectors)
         return len(self.index)
 
+    @_locked
     def remove(self, doc_ids: list[str]) -> int:
         """Removes documents (each one commit); ids it does not hold are skipped."""
         for d in doc_ids:
