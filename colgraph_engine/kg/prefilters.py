@@ -60,7 +60,11 @@ after the same changes. Entries written before pieces existed (a base folder and
 open unchanged and take pieces from their next change; an older writer reading an entry with
 pieces sees only its base, which disagrees with the store (refused, or rebuilt with
 ``repair_prefilter=True``). ``KnowledgeIndex._pf_append = False`` writes the base whole on every
-commit (the layout before pieces; benchmarks/index_prefilter_commit.py compares both).
+commit (the layout before pieces; benchmarks/index_prefilter_commit.py compares both: at 4,000
+offline city documents, 88k segment tokens, an add wrote 2.0 kB of prefilter on average instead
+of 5.2 MB and committed in 15.1 ms against 26.3 ms, 9.6 ms without a prefilter, on 2 shared cores;
+what still grows with the store is in memory: :meth:`PrefilterIndex.add` concatenates the codes
+and derives the inverted lists over every token).
 """
 from __future__ import annotations
 
