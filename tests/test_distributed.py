@@ -388,6 +388,16 @@ def test_row_files_name_what_they_cannot_read(tmp_path):
         files.rows(FileRows(str(tmp_path / "gone.bin"), 0, 1, 4), torch.float32)
     (tmp_path / "region.0123456789abcdef.bin").touch()  # an empty store's file: no rows to map
     assert files.rows(FileRows(str(tmp_path / "region.0123456789abcdef.bin"), 0, 0, 4), torch.float32).shape == (0, 4)
+    # many runs, two files, any order: one read per file, each run its own rows, none a view of a mapping
+    other = tmp_path / "segment.0123456789abcdef.bin"
+    np.arange(100, 116, dtype=np.float32).tofile(other)  # 2 rows of 8
+    refs = [FileRows(str(path), 2, 3, 4), FileRows(str(other), 0, 2, 8), FileRows(str(path), 0, 0, 4),
+            FileRows(str(path), 0, 2, 4)]
+    got = files.rows_many(refs, torch.float32)
+    assert [g.tolist() for g in got] == [files.rows(r, torch.float32).tolist() for r in refs]
+    assert all(not isinstance(g, np.memmap) and (g.base is None or not isinstance(g.base, np.memmap)) for g in got)
+    with pytest.raises(OSError):
+        files.rows_many([FileRows(str(tmp_path / "gone.bin"), 0, 1, 4)], torch.float32)
 
 
 def test_gather_paths_and_shipping_give_identical_results(sharded, single):

@@ -87,6 +87,22 @@ class RowFiles:
         return m[ref.start:ref.stop]
 
 
+    def rows_many(self, refs: list[FileRows], dtype: torch.dtype) -> list[np.ndarray]:
+        """The rows of every ref (in order), as arrays of their own: the runs of one file are
+        read with one concatenation (a copy) and handed out as slices of it."""
+        out: list = [None] * len(refs)
+        by_path: dict[str, list[int]] = {}
+        for i, r in enumerate(refs):
+            by_path.setdefault(r.path, []).append(i)
+        for path, at in by_path.items():
+            parts = [self.rows(refs[i], dtype) for i in at]
+            block = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
+            ends = np.cumsum([p.shape[0] for p in parts]).tolist()
+            for i, a, b in zip(at, [0] + ends[:-1], ends):
+                out[i] = block[a:b]
+        return out
+
+
 def item_vectors(vectors: dict, dtype: torch.dtype) -> dict[str, ItemVectors]:
     """``{store: ItemVectors}`` from a shard's ``{store: (local, values, offsets)}`` numpy arrays
     (:meth:`.shard.Shard.stored_documents`); bfloat16 values arrive as their int16 bits."""

@@ -334,12 +334,12 @@ class ShardedPipeline:
             if d in where:
                 picks.setdefault(where[d][0], []).append(where[d][1])
         for b, sel in picks.items():
-            for graph, vectors in self._unpack(shipped[b], sel):
-                try:
-                    self._docs[(graph.doc_id, sh.map.docs[graph.doc_id].seq)] = self._rows_of(graph, vectors)
+            try:
+                for graph, vectors in self._rows_of_many(self._unpack(shipped[b], sel)):
+                    self._docs[(graph.doc_id, sh.map.docs[graph.doc_id].seq)] = graph, vectors
                     self.stats["documents_shipped"] += 1
-                except (OSError, ValueError) as exc:  # the driver does not see that shard's files
-                    self._files_unreadable(sh.map.docs[graph.doc_id].shard, exc)
+            except (OSError, ValueError) as exc:  # the driver does not see that shard's files
+                self._files_unreadable(sh.map.docs[shipped[b]["ids"][sel[0]]].shard, exc)
         want: dict[int, list[str]] = {}
         for d in missing:
             if (d, sh.map.docs[d].seq) not in self._docs:
@@ -379,7 +379,7 @@ class ShardedPipeline:
         out, again = {}, {}
         for s, ds in want.items():
             try:
-                out.update(zip(ds, (self._rows_of(g, v) for g, v in answers[s])))
+                out.update(zip(ds, self._rows_of_many(answers[s])))
             except (OSError, ValueError) as exc:  # the driver does not see this shard's files
                 self._files_unreadable(s, exc)
                 again[s] = ds
@@ -412,21 +412,26 @@ class ShardedPipeline:
                              "use 'auto' or 'ray'") from None
         self._files_ok[shard] = False
 
-    def _rows_of(self, graph, vectors: dict) -> tuple:
-        """A fetched document with its graph and rows in hand (a :class:`PartRef` cut out of its
-        part file, :class:`FileRows` read from the vector file)."""
-        if isinstance(graph, PartRef):
-            graph = self._part(graph).document(graph.pos)
-        out = {}
-        for store, (local, rows, offsets) in vectors.items():
-            if isinstance(rows, FileRows):
-                rows = self._files.rows(rows, self.sharded.dtype)
-                self.stats["bytes_read"] += rows.nbytes
-                if self.doc_cache:  # a cached view of the mapping would keep a file a removal replaced
-                    rows = np.array(rows)
-            else:
-                self.stats["bytes_fetched"] += rows.nbytes
-            out[store] = (local, rows, offsets)
-        return graph, out
+    def _rows_of_many(self, docs: list[tuple]) -> list[tuple]:
+        """Fetched documents ``[(graph, vectors)]`` (one shard's bundle) with their graphs and
+        rows in hand: a :class:`PartRef` cut out of its part file; :class:`FileRows` read from the
+        vector files, every run of one file in one read (one copy; the document cache then
+        holds no view of a mapping a removal could replace)."""
+        refs = [r for _, vectors in docs for _, r, _ in vectors.values() if isinstance(r, FileRows)]
+        read = iter(self._files.rows_many(refs, self.sharded.dtype))
+        out = []
+        for graph, vectors in docs:
+            if isinstance(graph, PartRef):
+                graph = self._part(graph).document(graph.pos)
+            got = {}
+            for store, (local, rows, offsets) in vectors.items():
+                if isinstance(rows, FileRows):
+                    rows = next(read)
+                    self.stats["bytes_read"] += rows.nbytes
+                else:
+                    self.stats["bytes_fetched"] += rows.nbytes
+                got[store] = (local, rows, offsets)
+            out.append((graph, got))
+        return out
 
 __all__ = ["GATHER_FROM", "PROTOCOLS", "RANKERS", "ShardedPipeline"]

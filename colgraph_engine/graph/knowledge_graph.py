@@ -134,6 +134,13 @@ _NAME_EDGE_CHARS = "\"'`\u201c\u201d\u2018\u2019.,;:!?()[]{}<> \t\n"
 
 # -- argument checking ------------------------------------------------------------------------
 
+def _only_strings(names: Sequence) -> bool:
+    """Whether every name is a ``str``; a chunk that declares ``only_str`` (a string column,
+    which decodes every item to ``str``) is taken at its word instead of being decoded here."""
+    chunks = names._chunks if isinstance(names, NodeNames) else (names,)
+    return all(getattr(c, "only_str", False) or all(isinstance(s, str) for s in c) for c in chunks)
+
+
 def _as_int_array(x, name: str, length: int | None = None) -> np.ndarray:
     if hasattr(x, "detach") and hasattr(x, "numpy"):  # torch tensor
         x = x.detach().cpu().numpy()
@@ -235,7 +242,7 @@ class KnowledgeGraph:
         if names is not None:
             if not isinstance(names, Sequence) or isinstance(names, (str, bytes)):
                 names = list(names)
-            if len(names) != k or not all(isinstance(s, str) for s in names):
+            if len(names) != k or not _only_strings(names):
                 raise ValueError(f"names: expected {k} strings")
         if self.node_names is None and names is not None and self.n_nodes:
             raise ValueError("names: the graph already has unnamed nodes; name every node or none")

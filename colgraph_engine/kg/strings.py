@@ -27,6 +27,7 @@ class StringColumn(Sequence):
     """
 
     __slots__ = ("_blob", "_offsets")
+    only_str = True  # every item reads as a str: checks need not decode the column to know it
 
     def __init__(self, blob: np.ndarray, offsets: np.ndarray):
         self._blob = blob
