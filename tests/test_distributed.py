@@ -252,8 +252,6 @@ def test_a_shard_killed_mid_query_raises_or_retries_never_partial(sharded, singl
 
 
 def test_bad_input_is_named(sharded, tmp_path):
-    with pytest.raises(ValueError, match="recall_ranker"):
-        ShardedPipeline(sharded, PipelineConfig(recall_ranker="prefilter"))
     with pytest.raises(TypeError, match="sharded"):
         ShardedPipeline("not an index")
     with pytest.raises(ValueError, match="retries"):
@@ -572,3 +570,52 @@ def test_string_columns_and_node_names_take_positions():
     assert names.take(np.arange(len(names))) == list(names)
     with pytest.raises(IndexError):
         names.take([len(names)])
+
+
+def test_sharded_prefilter_recall_is_the_fusion_of_every_shards_own_prefilter(ray_session, docs, tmp_path):
+    """``recall_ranker="prefilter"`` on shards: each shard scores its recall stores through the
+    prefilter its own index carries (trained on its tokens), the driver fuses the columns. The
+    reference opens each shard directory in this process and runs the single-index recall
+    scoring (``_side_scores``) with the same config: documents and fused scores equal; every
+    shard names its path; stages 2-7 run as for any recall (the rest of the result is the
+    gathered index's, as for the exact rankers)."""
+    import torch
+    from colgraph_engine.distributed.fusion import fuse, side_rows
+    from colgraph_engine.pipeline.recall import TEXT_STORES, _side_scores
+    from colgraph_engine.pipeline.view import IndexView
+    single = KnowledgeIndex(ENC)
+    single.add_documents(docs)
+    sh = ShardedIndex.from_index(single, tmp_path / "pf", 2)
+    try:
+        info = sh.enable_prefilter(["segment"], nbits=2, min_tokens=64)
+        assert [i["segment"].startswith("built") for i in info] == [True, True]
+        cfg = PipelineConfig(kd=5, recall_ranker="prefilter", prefilter_mode="prefilter", prefilter_units=16)
+        qs = [q for q in questions() if not isinstance(q, Query) or q.image is None]
+        got = ShardedPipeline(sh, cfg, doc_cache=0, view_cache=0).retrieve_batch(qs)
+        # the reference: the same scoring per shard directory, fused in the global order
+        enc = Pipeline(KnowledgeIndex(ENC), ENC, cfg).encode(qs)
+        order = sh.map.order()
+        rows = side_rows(cfg, enc["has_image"], enc["image"])["text"]
+        scores = torch.full((rows.size, len(order["ids"])), -torch.inf)
+        paths = []
+        for i in range(sh.map.n_shards):
+            view = IndexView(KnowledgeIndex.open(sh.shard_path(i), None))
+            assert view.index.prefilter("segment") is not None
+            best, units = _side_scores(view, TEXT_STORES, *enc["text"], "prefilter", rows, cfg, paths)
+            listed = [c for c, d in enumerate(view.doc_ids) if sh.map.shard_of(d) == i]
+            scores[:, [order["position"][view.doc_ids[c]] for c in listed]] = best[:, listed]
+        want = fuse(len(qs), [("text", rows, scores, 0)], len(order["ids"]), cfg)
+        assert any(p.startswith("segment: prefilter") for p in paths)
+        for r, d, s in zip(got, want.docs, want.scores):
+            assert [x for x, _ in r.documents] == [order["ids"][p] for p in d.tolist()]
+            assert np.allclose([y for _, y in r.documents], s)
+            seg = r.counts["recall"]["paths"]["segment"]
+            assert seg.count("shard ") == 2 and "prefilter" in seg, seg
+        # the exact ranker on the same shards still equals the single-process pipeline
+        exact = PipelineConfig(kd=5)
+        assert_identical(Pipeline(single, ENC, exact).retrieve_batch(qs),
+                         ShardedPipeline(sh, exact, doc_cache=0, view_cache=0).retrieve_batch(qs), "exact after enabling")
+        with pytest.raises(ValueError, match="nbits"):
+            sh.enable_prefilter(["segment"], nbits=3)
+    finally:
+        sh.close()

@@ -336,6 +336,16 @@ class ShardedIndex:
             if rebalance:
                 self.rebalance()
 
+    def enable_prefilter(self, stores: Sequence[str] | None = None, **options) -> list[dict[str, str]]:
+        """Makes every shard's index carry centroid prefilters (:meth:`KnowledgeIndex.enable_prefilter`:
+        `stores` None for its default stores; ``nbits``, ``min_tokens``, ``rebuild_drift``), each
+        trained on that shard's own tokens and committed in its directory; later adds, removals
+        and moves maintain them. Returns each shard's ``{store: what happened}``. Queries use
+        them with ``PipelineConfig(recall_ranker="prefilter")`` (see
+        :class:`~.retrieval.ShardedPipeline`); ValueError / TypeError as the index method gives."""
+        with self.lock:
+            return self.call_all("enable_prefilter", None if stores is None else list(stores), dict(options))
+
     def rebalance(self, tolerance: float = 0.1) -> list[Move]:
         """Moves whole documents until the shard loads are within `tolerance` x the mean
         (:meth:`ShardMap.plan_rebalance`); each move: add on the target, commit the map, remove

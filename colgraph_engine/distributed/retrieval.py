@@ -39,8 +39,18 @@ fail with :class:`~.corpus.ShardUnavailableError` (naming the shard), never retu
 computed without it. With ``retries > 0`` the dead shard's actor is restarted over its directory
 (the data is on disk) and the whole batch runs again from stage 1.
 
-``recall_ranker="prefilter"`` is refused: its centroids are trained per store, so per-shard
-prefilters would not rank like the single index's.
+**Prefilters** (``recall_ranker="prefilter"``): each shard scores its recall stores through its
+own prefilters (:meth:`.corpus.ShardedIndex.enable_prefilter` makes every shard's index carry
+them, trained on that shard's tokens; else each shard builds one over its view on first use),
+with the config's ``prefilter_*`` settings, and the driver fuses the columns as above. The
+recalled documents are then the best of the union of the shards' shortlists, scored as each
+shard scores them (exactly on the stored vectors with ``prefilter_exact="store"``): the same
+contract as one index's prefilter recall, but not the same documents as one index's, whose
+centroids are trained on every token (so the identity above holds for ``"maxsim"`` and
+``"pooled"``, and for stages 2-7 given the recall). ``Result.counts["recall"]["paths"]`` names
+each shard's path per store. Why it matters: a shard's exact stage 1 scans all of its units
+(``benchmarks/results/ray_shards.md``'s model: seconds per query at 100M pages); its prefilter
+scans a shortlist.
 """
 from __future__ import annotations
 
@@ -55,7 +65,7 @@ import torch
 
 from ..kg.index import KnowledgeIndex
 from ..kg.parts import MappedPart
-from ..pipeline.config import PipelineConfig
+from ..pipeline.config import RECALL_RANKERS, PipelineConfig
 from ..pipeline.pipeline import Pipeline, Result
 from ..pipeline.query import Query
 from ..pipeline.recall import Recall
@@ -64,7 +74,7 @@ from .fusion import SideTop, fuse, fuse_top, merge_top, side_rows
 from .bundle import PartRef, own_bundle, unpack_documents
 from .gather import FileRows, IdMap, RowFiles, gathered_index, to_global
 
-RANKERS = ("maxsim", "pooled")
+RANKERS = RECALL_RANKERS  # every recall ranker runs on shards (prefilters: each shard's own)
 SPANS = ("encode", "scatter", "submit", "dispatch_first", "dispatch", "shard_compute", "ship", "reply", "fuse", "fetch", "build", "view", "stages", "to_global")
 PROTOCOLS = ("top", "full")
 GATHER_FROM = ("auto", "files", "ray")
@@ -120,9 +130,6 @@ class ShardedPipeline:
         config = PipelineConfig() if config is None else config
         if not isinstance(config, PipelineConfig):
             raise TypeError(f"config: expected a PipelineConfig or None, got {type(config).__name__}")
-        if config.recall_ranker not in RANKERS:
-            raise ValueError(f"config.recall_ranker: expected one of {RANKERS} on a sharded index, got "
-                             f"{config.recall_ranker!r} (prefilter centroids are per store, not per shard)")
         for name, v in (("retries", retries), ("doc_cache", doc_cache), ("view_cache", view_cache)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
@@ -221,6 +228,8 @@ class ShardedPipeline:
                     units += unit_sums[side]
                 per_side.append((side, r, torch.from_numpy(scores), units))
             recall = fuse(len(qs), per_side, n_docs, cfg)
+        if any("paths" in a for a in answers):
+            recall.paths = _shard_paths(answers, rows, len(qs))
         t_recall = time.perf_counter() - t0
         spans["fuse"] += time.perf_counter() - t1
         if self.on_stage is not None:
@@ -253,7 +262,8 @@ class ShardedPipeline:
             skip = self._columns_of(i, order)[3].tolist() if top else None
             ship_i = ship and (self.gather_from == "files" or self._files_ok.get(i, True))
             have = self._held_columns(i) if ship_i and self._docs else None
-            calls[i] = ("recall_scores", (arg, cfg.recall_ranker, known, cfg.kd if top else None, skip, ship_i, have))
+            calls[i] = ("recall_scores", (arg, cfg.recall_ranker, known, cfg.kd if top else None, skip, ship_i, have,
+                                          cfg if cfg.recall_ranker == "prefilter" else None))
         self.last_spans["submit"] += time.perf_counter() - t0
         answers = list(sh.scatter(calls, self.timeout_s, small=isinstance(arg, bytes)).values())
         spans, received = self.last_spans, time.time()
@@ -433,5 +443,18 @@ class ShardedPipeline:
                 got[store] = (local, rows, offsets)
             out.append((graph, got))
         return out
+
+def _shard_paths(answers: list[dict], rows: dict, nq: int) -> list[dict[str, str]]:
+    """Per query ``{store: "shard 0: <path (reason)>; shard 1: ..."}``: which path each shard's
+    stage 1 took per recall store (``Recall.paths`` of one index, one entry per shard)."""
+    out: list[dict[str, list[str]]] = [{} for _ in range(nq)]
+    for i, a in enumerate(answers):
+        for side, side_paths in a.get("paths", {}).items():
+            for p in side_paths:
+                store, _, what = p.partition(": ")
+                for r in np.asarray(rows[side]).tolist():
+                    out[r].setdefault(store, []).append(f"shard {i}: {what}")
+    return [{store: "; ".join(v) for store, v in q.items()} for q in out]
+
 
 __all__ = ["GATHER_FROM", "PROTOCOLS", "RANKERS", "ShardedPipeline"]

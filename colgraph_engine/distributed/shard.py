@@ -110,7 +110,8 @@ class Shard:
     # -- query path -------------------------------------------------------------------------------
     @_locked
     def recall_scores(self, sides: dict[str, tuple], ranker: str, known: str | None = None, top: int | None = None,
-                      skip: list[int] | None = None, ship: bool = False, have: list[int] | None = None) -> dict:
+                      skip: list[int] | None = None, ship: bool = False, have: list[int] | None = None,
+                      cfg=None) -> dict:
         """Stage 1 on this shard.
 
         Args:
@@ -129,6 +130,11 @@ class Shard:
                 ``by_file``): the global top-Kd documents this shard holds are among them, so the
                 driver needs no second round to gather them.
             have: columns of documents the caller holds already (its cache): not shipped.
+            cfg: the :class:`~colgraph_engine.pipeline.PipelineConfig` for ``ranker="prefilter"``
+                (its prefilter settings and Kd): this shard's recall stores are then scored
+                through this shard's own prefilters, as the single-process recall does on one
+                index (a prefilter its index carries, else one built over the view on first use);
+                the answer's ``"paths"`` says per side which path each store took and why.
 
         Returns ``{"version": str (this actor and its index version), "mode": "full" | "top",
         "seconds": compute time, side: ...}`` in this shard's document order, where side is
@@ -153,7 +159,10 @@ class Shard:
             sides = pickle.loads(sides)
         for side, (qv, qo, rows) in sides.items():
             qv, qo = torch.tensor(np.asarray(qv)), torch.tensor(np.asarray(qo))  # numpy travels cheaper than tensors
-            best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64))
+            side_paths: list[str] = []
+            best, _ = _side_scores(view, SIDE_STORES[side], qv, qo, ranker, np.asarray(rows, np.int64), cfg, side_paths)
+            if side_paths:
+                out.setdefault("paths", {})[side] = side_paths
             if use_top:
                 if skip:
                     best[:, torch.as_tensor(skip, dtype=torch.int64)] = -torch.inf
@@ -312,6 +321,19 @@ class Shard:
         return self._units_cache[key]
 
     # -- writes -----------------------------------------------------------------------------------
+    @_locked
+    def enable_prefilter(self, stores, options: dict) -> dict[str, str]:
+        """:meth:`KnowledgeIndex.enable_prefilter` on this shard's index (committed); `stores`
+        None: its default stores."""
+        if stores is None:
+            return self.index.enable_prefilter(**options)
+        return self.index.enable_prefilter(stores, **options)
+
+    @_locked
+    def prefilter_info(self) -> dict | None:
+        """:meth:`KnowledgeIndex.prefilter_info` of this shard's index."""
+        return self.index.prefilter_info()
+
     @_locked
     def add(self, graphs: list, vectors: list[dict]) -> int:
         """Adds documents (graphs and their vectors) as one commit; returns the document count."""
