@@ -87,9 +87,12 @@ class RowFiles:
         return m[ref.start:ref.stop]
 
 
-    def rows_many(self, refs: list[FileRows], dtype: torch.dtype) -> list[np.ndarray]:
-        """The rows of every ref (in order), as arrays of their own: the runs of one file are
-        read with one concatenation (a copy) and handed out as slices of it."""
+    def rows_many(self, refs: list[FileRows], dtype: torch.dtype, copy: bool = True) -> list[np.ndarray]:
+        """The rows of every ref (in order). `copy`: as arrays of their own (the runs of one file
+        read with one concatenation and handed out as slices of it), else as views of the
+        mappings (for a caller that copies them at once anyway)."""
+        if not copy:
+            return [self.rows(r, dtype) for r in refs]
         out: list = [None] * len(refs)
         by_path: dict[str, list[int]] = {}
         for i, r in enumerate(refs):

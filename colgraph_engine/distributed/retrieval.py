@@ -425,10 +425,11 @@ class ShardedPipeline:
     def _rows_of_many(self, docs: list[tuple]) -> list[tuple]:
         """Fetched documents ``[(graph, vectors)]`` (one shard's bundle) with their graphs and
         rows in hand: a :class:`PartRef` cut out of its part file; :class:`FileRows` read from the
-        vector files, every run of one file in one read (one copy; the document cache then
-        holds no view of a mapping a removal could replace)."""
+        vector files, every run of one file in one read (one copy, so the document cache holds
+        no view of a mapping a removal could replace; without a cache the rows stay views of the
+        mappings, and the gathered index's concatenation is their only copy)."""
         refs = [r for _, vectors in docs for _, r, _ in vectors.values() if isinstance(r, FileRows)]
-        read = iter(self._files.rows_many(refs, self.sharded.dtype))
+        read = iter(self._files.rows_many(refs, self.sharded.dtype, copy=self.doc_cache > 0))
         out = []
         for graph, vectors in docs:
             if isinstance(graph, PartRef):
