@@ -95,8 +95,9 @@ class IndexView:
         node = np.full(uids.size, -1, np.int64)
         if uids.size:
             node = self.index.edges_of_uids(uids) if name == "relation" else self.index.nodes_of_uids(uids)
-        numbers, first = np.unique(doc, return_index=True)
-        return StoreView(name, doc, local, node, numbers, np.append(first, doc.size).astype(np.int64))
+        # doc is ascending (checked above): each document's first slot is where its number changes
+        first = np.flatnonzero(np.diff(doc, prepend=-1)) if doc.size else np.zeros(0, np.int64)
+        return StoreView(name, doc, local, node, doc[first], np.append(first, doc.size).astype(np.int64))
 
     @cached_property
     def degree(self) -> np.ndarray:
