@@ -6,8 +6,9 @@ of that single index).
 Per batch:
 
 1. **encode** on the driver (the index's encoders; :meth:`Pipeline.encode`);
-2. **recall**: the packed queries go to every shard at once (one object-store copy when the
-   batch is large). When every query of the batch uses one recall side (text-only questions;
+2. **recall**: the packed queries go to every shard at once, over the direct connections to
+   the actors (:mod:`.channel`; as one object-store copy through Ray calls when the batch's
+   queries pass Ray's 100 KB inline size). When every query of the batch uses one recall side (text-only questions;
    ``protocol="top"``), each shard
    returns per query its best Kd documents (ties included) with its min / max score, and the
    driver merges those lists (:func:`.fusion.fuse_top`: exact global ranks, network and driver
@@ -25,7 +26,7 @@ Per batch:
    missing documents, in parallel. Where the driver sees the shards' files (``gather_from``:
    same node or a shared file system) a bundle names where each graph lies in its part file and
    where each store's rows lie in its vector file, and the driver reads them there (memory
-   maps: no rows cross Ray); else graphs and rows travel as bytes;
+   maps: no rows cross the wire); else graphs and rows travel as bytes, through Ray;
 4. **stages 2-7** run on the driver over the gathered index (``Pipeline.retrieve_batch`` with
    ``encoded=`` and ``recall=``), and the results' ids are mapped to global ids.
 
