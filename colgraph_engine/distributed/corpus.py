@@ -242,24 +242,25 @@ class ShardedIndex:
         or answers of megabytes, or object refs, which Ray resolves and moves uncopied). A shard
         that died, broke its connection or did not answer within `timeout` raises
         :class:`ShardUnavailableError` (after every other answer is in); an error a call raised
-        is raised as itself."""
-        direct = {s: c for s, c in calls.items()
-                  if self.direct and small and c[0] in CHANNEL_METHODS and self.channels.has(s)}
-        refs = {s: getattr(self.actors[s], m).remote(*a) for s, (m, a) in calls.items() if s not in direct}
-        failure, out = None, {}
-        if direct:
-            try:
-                out = self.channels.call_many(direct, timeout)
-            except Exception as exc:  # noqa: BLE001 - raised after the Ray calls are in too
-                failure = exc
-        for s, r in refs.items():
-            try:
-                out[s] = self.get(s, r, timeout)
-            except Exception as exc:  # noqa: BLE001
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return {s: out[s] for s in calls}
+        is raised as itself. Holds :attr:`lock` (a connection carries one call at a time)."""
+        with self.lock:
+            direct = {s: c for s, c in calls.items()
+                      if self.direct and small and c[0] in CHANNEL_METHODS and self.channels.has(s)}
+            refs = {s: getattr(self.actors[s], m).remote(*a) for s, (m, a) in calls.items() if s not in direct}
+            failure, out = None, {}
+            if direct:
+                try:
+                    out = self.channels.call_many(direct, timeout)
+                except Exception as exc:  # noqa: BLE001 - raised after the Ray calls are in too
+                    failure = exc
+            for s, r in refs.items():
+                try:
+                    out[s] = self.get(s, r, timeout)
+                except Exception as exc:  # noqa: BLE001
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
+            return {s: out[s] for s in calls}
 
     def call_all(self, method: str, *args, shards: Sequence[int] | None = None) -> list:
         """One call per shard (all in flight together); results in shard order."""
