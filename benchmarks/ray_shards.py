@@ -488,7 +488,7 @@ def report(out: dict) -> str:
           f"({m['full_answer_bytes_per_page']:.1f} B per page): not viable, such queries need the top-Kd exchange "
           "generalised to two sides (a second round for the candidates' exact ranks); "
           f"gather (Kd documents, independent of the corpus size): {m['gather_refs_bytes'] / 1024:.0f} KiB of part "
-          f"file positions and row ranges through Ray plus {m['gather_rows_read'] / 2**20:.2f} MiB of rows (and the "
+          f"file positions and row ranges on the wire plus {m['gather_rows_read'] / 2**20:.2f} MiB of rows (and the "
           "graphs, ~9 KiB a page) read from the shards' files, which on a cluster means a shared file system (its "
           f"network) or a driver on the node of the shards' disks; else {m['gather_bytes'] / 2**20:.2f} MiB through "
           "Ray. Shipping the documents with stage 1 moves S x Kd documents' references "
