@@ -194,3 +194,26 @@ def test_recall_against_exact_on_clustered_data():
     co = torch.arange(len(queries) + 1) * 10
     want = store.score_candidates(queries, None, co, on_store.ids.reshape(-1)).view(len(queries), 10)
     assert torch.allclose(on_store.scores, want)
+
+
+def test_full_scores_cpu_path_equals_the_generic_gather_bit_for_bit(index, corpus):
+    """Stage 4 on the CPU (per query: one column gather and a reduceat) gives the generic
+    path's float32 scores exactly: several queries, an empty query (padding tokens score 0),
+    every document including those without tokens (no centroids: -inf)."""
+    s, qv, qo, S = _stage_inputs(index, corpus[1])
+    nq = qo.numel() - 1
+    pq = torch.arange(nq).repeat_interleave(s.n_slots)
+    pd = torch.arange(s.n_slots).repeat(nq)
+    got, want = stages.full_scores(s, S, qo, pq, pd), stages._full_scores_generic(s, S, qo, pq, pd)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    no_cells = (s.cells_offsets.diff() == 0).nonzero().squeeze(1)
+    assert no_cells.numel() > 0  # the corpus has documents without tokens
+    assert torch.isinf(got.view(nq, -1)[:, no_cells]).all()
+    # an empty query among others, and a subset of pairs
+    qo2 = torch.cat([qo[:2], qo[1:2], qo[2:]])  # query 1 of the new layout has no tokens
+    pq2 = torch.arange(nq + 1).repeat_interleave(s.n_slots)[::3]
+    pd2 = torch.arange(s.n_slots).repeat(nq + 1)[::3]
+    S2 = stages.centroid_scores(s, qv)
+    got2, want2 = stages.full_scores(s, S2, qo2, pq2, pd2), stages._full_scores_generic(s, S2, qo2, pq2, pd2)
+    assert torch.equal(got2, want2)
+    assert (got2[(pq2 == 1) & torch.isfinite(got2)] == 0).all()

@@ -128,10 +128,56 @@ def full_scores(state: IndexState, S: torch.Tensor, qo: torch.Tensor, pair_q: to
                 pair_doc: torch.Tensor) -> torch.Tensor:
     """``[M]`` float32 centroid-interaction scores without pruning (stage 4)."""
     m = pair_q.numel()
+    if S.device.type == "cpu" and m and not bool((pair_q[1:] < pair_q[:-1]).any()):
+        return _full_scores_cpu(state, S, qo, pair_q, pair_doc, token_rows(qo)[1]).sum(1)
+    return _full_scores_generic(state, S, qo, pair_q, pair_doc)
+
+
+def _full_scores_generic(state: IndexState, S: torch.Tensor, qo: torch.Tensor, pair_q: torch.Tensor,
+                         pair_doc: torch.Tensor) -> torch.Tensor:
+    """:func:`full_scores` on any device: every (pair, cell) row of `S` gathered at once."""
+    m = pair_q.numel()
     rows, lmax = token_rows(qo)
     o, entry = _expand_csr(state.cells_offsets, pair_doc)                               # o ascending
     vals = S[rows[pair_q[o]], state.cells[entry].long()[:, None]]
     return segment_max(o, vals, m, groups_sorted=True).sum(1)
+
+
+def _full_scores_cpu(state: IndexState, S: torch.Tensor, qo: torch.Tensor, pair_q: torch.Tensor,
+                     pair_doc: torch.Tensor, lmax: int) -> torch.Tensor:
+    """``[M, Lmax]``: per pair and query token the best score over the document's distinct
+    centroids, as the generic path's ``segment_max`` gives it (``0`` for padding tokens, a row
+    of ``-inf`` for a document without centroids), so the caller's sum is the same float32 sum.
+
+    Per query: its token rows of `S` (``[L, C]``) gathered at the concatenated cells of its
+    candidate documents (one column gather, ``[L, E]``) and reduced per document with numpy's
+    ``maximum.reduceat``. The generic path gathers ``[V, Lmax]`` with two broadcast index arrays
+    per (pair, cell); on the CPU that took ~70 % of a search of real page tokens (MiniLM,
+    ndocs 256: 14 ms per question; ``benchmarks/results/prefilter_pages_sweep.md``)."""
+    import numpy as np
+    m = pair_q.numel()
+    out = np.zeros((m, lmax), np.float32)
+    sn, qon = S.numpy(), qo.numpy()
+    pq, pd = pair_q.numpy(), pair_doc.numpy()
+    co, cells = state.cells_offsets.numpy(), state.cells.numpy()
+    starts, ends = co[pd], co[pd + 1]
+    lens = ends - starts
+    empty = lens == 0
+    out[empty] = -np.inf
+    bounds = np.searchsorted(pq, np.arange(qon.size))  # pairs are sorted by query
+    for q in np.flatnonzero(np.diff(bounds)).tolist():
+        a, b = int(bounds[q]), int(bounds[q + 1])
+        keep = np.flatnonzero(~empty[a:b]) + a
+        if not keep.size:
+            continue
+        ln = lens[keep]
+        seg = np.zeros(keep.size, np.int64)
+        np.cumsum(ln[:-1], out=seg[1:])
+        idx = np.repeat(starts[keep] - seg, ln) + np.arange(int(ln.sum()))
+        tok = sn[qon[q]:qon[q + 1]]                                                      # [L, C]
+        if tok.shape[0]:
+            out[keep, :tok.shape[0]] = np.maximum.reduceat(tok[:, cells[idx]], seg, axis=1).T
+    return torch.from_numpy(out)
 
 
 def top_per_query(pair_q: torch.Tensor, scores: torch.Tensor, nq: int, n: int) -> torch.Tensor:
