@@ -2,13 +2,17 @@
 encoder, the dataset's questions as queries; recall@10 against exact brute force and QPS,
 beside fast-plaid's CPU path when it imports.
 
-    .venv/bin/python benchmarks/prefilter_pages.py [--data ../shared/data/mmlongbench-dev] [--nbits 2]
+    .venv/bin/python benchmarks/prefilter_pages.py [--data ../shared/data/mmlongbench-dev] [--nbits 2] [--sweep]
 
 Pages: every page of every PDF whose text layer covers at least half of its pages (documents
 without one would need OCR, 0.6 pages/s here: left out, and counted in the report). Questions:
 all of the dataset's questions on those documents (answerable or not: they are queries here).
 MiniLM (all-MiniLM-L6-v2, d = 384, 256 word pieces per page). The encoded vectors are cached
 in ``benchmarks/.cache/prefilter_pages/`` (gitignored). Writes results/prefilter_pages.{md,json}.
+
+``--sweep`` instead searches one built index over a grid of PLAID's settings and diagnoses where
+the exact top-10 pages are lost (:mod:`_prefilter_sweep`); writes
+results/prefilter_pages_sweep.{md,json,png} (about 14 minutes here).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import datetime
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,6 +67,57 @@ def encode(data: pathlib.Path):
     return out
 
 
+def build_index(pv: torch.Tensor, po: torch.Tensor, nbits: int) -> tuple[PrefilterIndex, float]:
+    """``(index, build seconds)``: the index both runs measure."""
+    t = time.perf_counter()
+    idx = PrefilterIndex.build(pv, po, nbits=nbits, max_points=1 << 16, progress=True)
+    return idx, time.perf_counter() - t
+
+
+def library_state() -> str:
+    """The commit this checkout's library runs from, and whether ``colgraph_engine/`` differs from it."""
+    git = ["git", "-C", str(HERE.parent)]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--", "colgraph_engine"], capture_output=True,
+                               text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    changed = [line[3:] for line in dirty if line.strip()]
+    return f"commit {head}, " + (f"uncommitted changes to {', '.join(changed)}" if changed
+                                 else "colgraph_engine/ as committed")
+
+
+def sweep(args, pv, po, qv, qo, info, store) -> int:
+    """The ``--sweep`` run: :func:`_prefilter_sweep.run_sweep` on one built index, then the report."""
+    import platform
+
+    import _prefilter_sweep as sw
+    from _impls import cpu_model
+    library = library_state()  # before the run: the modules imported are the ones on disk now
+    _, ex_i = store.search(qv, qo, k=10)
+    idx, build_s = build_index(pv, po, args.nbits)
+    rep = sw.run_sweep(idx, store, (pv, po), qv, qo, ex_i, log=lambda m: print(m, flush=True))
+    rep["meta"] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": f"python benchmarks/prefilter_pages.py --sweep --nbits {args.nbits}",
+        "machine": f"{cpu_model()}, {len(os.sched_getaffinity(0))} usable cores, torch {torch.__version__}, "
+                   f"Python {platform.python_version()}",
+        "threads": args.threads, "build_s": build_s, "library": library, "questions": info["questions"],
+        "info": info,
+        "corpus": f"{info['documents']} documents with a text layer, {info['pages']:,} pages "
+                  f"({pv.shape[0]:,} MiniLM tokens, d = {pv.shape[1]}), {info['questions']} questions "
+                  f"({qv.shape[0]:,} tokens)."}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "prefilter_pages_sweep.json").write_text(json.dumps(rep, indent=1) + "\n")
+    md = sw.to_markdown(rep)
+    (args.out / "prefilter_pages_sweep.md").write_text(md)
+    sw.plot(rep, args.out / "prefilter_pages_sweep.png")
+    print(md)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=pathlib.Path, default=HERE.parent.parent / "shared" / "data" / "mmlongbench-dev")
@@ -69,6 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--fast-plaid", default=str(HERE.parent / ".peers" / "fastplaid"))
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    ap.add_argument("--sweep", action="store_true", help="the settings sweep instead of the comparison table")
     args = ap.parse_args(argv)
     if not (args.data / "samples.json").is_file():
         print(f"MMLongBench-Doc data not found at {args.data}; nothing written.")
@@ -79,14 +136,14 @@ def main(argv=None) -> int:
     queries = list(torch.split(qv, qo.diff().tolist()))
     store = PackedStore(d)
     store.add((pv, po))
+    if args.sweep:
+        return sweep(args, pv, po, qv, qo, info, store)
     rows = []
     sec, (_, ex_i) = timed(lambda: store.search(qv, qo, k=10), 2)
     rows.append(dict(impl="exact brute force (store, native)", qps=nq / sec, recall10=1.0,
                      latency_ms=latency_ms(lambda q: store.search([q], k=10), queries), bytes_per_token=4 * d))
     print(json.dumps(rows[-1]), flush=True)
-    t = time.perf_counter()
-    idx = PrefilterIndex.build(pv, po, nbits=args.nbits, max_points=1 << 16, progress=True)
-    build_s = time.perf_counter() - t
+    idx, build_s = build_index(pv, po, args.nbits)
     bpt = idx.bytes_per_token()
     for label, extra in (("codes", {}), ("store", {"store": store})):
         sec, res = timed(lambda: idx.search(qv, qo, k=10, **extra), 2)
