@@ -12,7 +12,7 @@ in ``benchmarks/.cache/prefilter_pages/`` (gitignored). Writes results/prefilter
 
 ``--sweep`` instead searches one built index over a grid of PLAID's settings and diagnoses where
 the exact top-10 pages are lost (:mod:`_prefilter_sweep`); writes
-results/prefilter_pages_sweep.{md,json,png} (about 14 minutes here).
+results/prefilter_pages_sweep.{md,json,png} (about 12 minutes here).
 """
 from __future__ import annotations
 
