@@ -617,5 +617,9 @@ def test_sharded_prefilter_recall_is_the_fusion_of_every_shards_own_prefilter(ra
                          ShardedPipeline(sh, exact, doc_cache=0, view_cache=0).retrieve_batch(qs), "exact after enabling")
         with pytest.raises(ValueError, match="nbits"):
             sh.enable_prefilter(["segment"], nbits=3)
+        with pytest.raises(TypeError, match="stores"):
+            sh.enable_prefilter("segment")
+        assert all(i["stores"]["segment"]["state"] == "built" and i["nbits"] == 2  # nothing changed by the refusals
+                   for i in (KnowledgeIndex.open(sh.shard_path(j), None).prefilter_info() for j in range(2)))
     finally:
         sh.close()

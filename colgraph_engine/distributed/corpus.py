@@ -344,6 +344,8 @@ class ShardedIndex:
         and moves maintain them. Returns each shard's ``{store: what happened}``. Queries use
         them with ``PipelineConfig(recall_ranker="prefilter")`` (see
         :class:`~.retrieval.ShardedPipeline`); ValueError / TypeError as the index method gives."""
+        if isinstance(stores, str):  # list("segment") would name its letters
+            raise TypeError(f"stores: expected a list or tuple of store names or None, got the str {stores!r}")
         with self.lock:
             return self.call_all("enable_prefilter", None if stores is None else list(stores), dict(options))
 

@@ -330,11 +330,6 @@ class Shard:
         return self.index.enable_prefilter(stores, **options)
 
     @_locked
-    def prefilter_info(self) -> dict | None:
-        """:meth:`KnowledgeIndex.prefilter_info` of this shard's index."""
-        return self.index.prefilter_info()
-
-    @_locked
     def add(self, graphs: list, vectors: list[dict]) -> int:
         """Adds documents (graphs and their vectors) as one commit; returns the document count."""
         self.index.add_documents(graphs, vectors)
