@@ -10,7 +10,11 @@ Corpora (scaled to a 2-core machine from the GPU corpora of ../shared/bench/peer
 10,000 x 1,024 and 100,000 x 128 tokens, d = 128): ``long`` 1,000 documents x 256 tokens and
 ``short`` 8,000 documents x 32 tokens (256,000 tokens each), topics as there (16 and 6 of
 2,048 per document), 64 queries of 32 tokens drawn from a target document's topics.
-``--quick``: 150 x 64 and 1,000 x 16, 16 queries (a smoke run: seconds).
+``--quick``: 150 x 64 and 1,000 x 16, 16 queries (a smoke run: seconds). ``--tenth``: the GPU
+corpora's document shapes at a tenth of their document counts, ``long1024`` 1,000 x 1,024 and
+``short128`` 10,000 x 128 tokens (the full corpora, 10-13M tokens, need 32,768 centroids: about
+25 minutes of our token assignment on 2 cores and over an hour of fast-plaid's k-means, so they
+are measured on a GPU, ``gpu_prefilter.py``).
 
 Rows per corpus: exact brute force (``PackedStore.search``, native C++ backend, float32), our
 prefilter at PLAID's defaults for k = 10, at the k <= 100 defaults and a wide setting (8 cells
@@ -57,6 +61,10 @@ from colgraph_engine.synthetic import clustered_corpus, queries_for  # noqa: E40
 
 CORPORA = {"long": dict(n_docs=1000, tokens=256, topics_per_doc=16),
            "short": dict(n_docs=8000, tokens=32, topics_per_doc=6)}
+# the GPU corpora's document shapes (1,024 and 128 tokens per document) at a tenth of their document
+# counts: 1.0M and 1.3M tokens, about the most a 2-core build of fast-plaid finishes in minutes
+TENTH = {"long1024": dict(n_docs=1000, tokens=1024, topics_per_doc=16),
+         "short128": dict(n_docs=10000, tokens=128, topics_per_doc=6)}
 QUICK = {"long": dict(n_docs=150, tokens=64, topics_per_doc=16),
          "short": dict(n_docs=1000, tokens=16, topics_per_doc=6)}
 
@@ -64,6 +72,11 @@ QUICK = {"long": dict(n_docs=150, tokens=64, topics_per_doc=16),
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--tenth", action="store_true",
+                   help="the GPU corpora's document shapes at a tenth of their document counts (TENTH)")
+    p.add_argument("--fp-probes", default="8,32",
+                   help="fast-plaid n_ivf_probe values, comma-separated (each one row)")
+    p.add_argument("--latency-queries", type=int, default=16, help="queries timed one per call for 1-query ms")
     p.add_argument("--nbits", type=int, default=2)
     p.add_argument("--queries", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
@@ -76,7 +89,13 @@ def parse_args(argv=None):
                    help="comma-separated lanes of benchmarks/_colsearch.py LANES; empty: skip colsearch")
     p.add_argument("--only", default="", help="run only the corpus of this name")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    p.add_argument("--note", action="append", default=[], help="a line added to the report's notes (repeatable)")
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite the .md and .png from the .json of the same options (adding --note lines)")
     return p.parse_args(argv)
+
+
+LATENCY_QUERIES = 16  # set from --latency-queries
 
 
 def timed(fn, repeats):
@@ -94,6 +113,7 @@ def recall_at_10(got_ids: list[list[int]], exact_ids: torch.Tensor) -> float:
 
 
 def latency_ms(fn_one, queries, n=16):
+    n = min(n, LATENCY_QUERIES)
     fn_one(queries[0])
     t = time.perf_counter()
     for q in queries[:n]:
@@ -198,7 +218,7 @@ def run_corpus(name, spec, args, fp_search, rows, notes, cs_mod=None):
         files = {f: os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp)}
         code_bytes = sum(v for f, v in files.items() if f.startswith(("merged_codes", "merged_residuals")) and f.endswith(".npy"))
         qt = torch.stack(queries)
-        for probe, full in ((8, 4096), (32, 4096)):
+        for probe, full in ((int(x), 4096) for x in args.fp_probes.split(",") if x):
             def go(q=qt):
                 return fp.search(queries_embeddings=q, top_k=10, n_ivf_probe=probe, n_full_scores=full,
                                  show_progress=False)
@@ -216,14 +236,18 @@ def run_corpus(name, spec, args, fp_search, rows, notes, cs_mod=None):
         print(notes[-1], flush=True)
 
 
+def report_stem(args) -> str:
+    return (("prefilter_quick" if args.quick else "prefilter_tenth" if args.tenth else "prefilter")
+            + ("" if args.nbits == 2 else f"_nbits{args.nbits}") + (f"_{args.only}" if args.only else ""))
+
+
 def write(rows, notes, args, meta):
-    stem = (("prefilter_quick" if args.quick else "prefilter") + ("" if args.nbits == 2 else f"_nbits{args.nbits}")
-            + (f"_{args.only}" if args.only else ""))
+    stem = report_stem(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "notes": notes}, indent=1) + "\n")
     lines = [f"# Prefilter on the CPU: recall@10 against exact, QPS ({meta['date']})", "",
              f"Command: `{meta['command']}`. Machine: {meta['machine']}. torch threads {args.threads}; "
-             f"fast-plaid {meta['fast_plaid'] or 'absent'}; colsearch {meta['colsearch'] or 'absent'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
+             f"fast-plaid {meta['fast_plaid'] or 'absent'}; colsearch {meta['colsearch'] or 'not measured'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
              "queries of 32 tokens in one call; latency: one query per call. `x exact`: QPS over exact brute force's; "
              "`x fast-plaid` / `x colsearch`: over that peer's row at the nearest recall (its first row on a tie).", ""]
     for corpus in dict.fromkeys(r["corpus"] for r in rows):
@@ -292,7 +316,14 @@ def main(argv=None) -> int:
         notes.append(f"fast-plaid {fp_version} installed with `pip install --no-deps --target .peers/fastplaid "
                      "fast-plaid==1.7.0.290 fastkmeans==0.5.0 usearch numkong` (the build for torch 2.9; this "
                      f"environment has torch {torch.__version__}); it runs on the CPU (no CUDA needed).")
+    if args.report_only:
+        saved = json.loads((args.out / f"{report_stem(args)}.json").read_text())
+        write(saved["rows"], saved["notes"] + [n for n in args.note if n not in saved["notes"]], args, saved["meta"])
+        return 0
+    notes += args.note
     cs_mod, cs_version = None, None
+    if not args.colsearch_lanes:
+        notes.append("colsearch not run (`--colsearch-lanes` empty): see `prefilter_long.md` for its CPU lanes.")
     if args.colsearch_lanes:
         import _colsearch
         cs_mod, cs_version, cs_why = _colsearch.load(args.colsearch)
@@ -308,12 +339,17 @@ def main(argv=None) -> int:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": "python benchmarks/prefilter_report.py" + (" --quick" if args.quick else "")
                        + (f" --nbits {args.nbits}" if args.nbits != 2 else "") + f" --repeats {args.repeats}"
-                       + (f" --only {args.only}" if args.only else "")
-                       + (f" --colsearch-lanes {args.colsearch_lanes}" if args.colsearch_lanes != "fp16,rroq158" else ""),
+                       + (f" --only {args.only}" if args.only else "") + (" --tenth" if args.tenth else "")
+                       + (f" --fp-probes {args.fp_probes}" if args.fp_probes != "8,32" else "")
+                       + (f" --latency-queries {args.latency_queries}" if args.latency_queries != 16 else "")
+                       + (f" --colsearch-lanes {args.colsearch_lanes or chr(34) * 2}"
+                          if args.colsearch_lanes != "fp16,rroq158" else ""),
             "machine": f"{os.cpu_count()} CPU cores (shared), torch {torch.__version__}",
             "fast_plaid": fp_version, "colsearch": cs_version}
     rows: list[dict] = []
-    for name, spec in (QUICK if args.quick else CORPORA).items():
+    global LATENCY_QUERIES
+    LATENCY_QUERIES = args.latency_queries
+    for name, spec in (QUICK if args.quick else TENTH if args.tenth else CORPORA).items():
         if args.only and name != args.only:
             continue
         run_corpus(name, spec, args, fp_search, rows, notes, cs_mod)
