@@ -130,18 +130,30 @@ class _GatheredIndex(KnowledgeIndex):
 
     def __init__(self, encoders: Encoders, dtype: torch.dtype):
         super().__init__(None, dtype=dtype, dims={})
+        self._layouts: dict[str, tuple] = {}  # store -> (doc, local, graph id) per slot, from the fill
+        self._filled_at = -1
         described = encoders.describe()
         self.encoders, self.encoder_info = encoders, described
         self.dims = {s: described[role]["dim"] for s, (role, _) in STORES.items() if described[role] is not None}
+
+    def store_layout(self, store: str):
+        """The slots' documents, local ids and graph ids, known from the fill: a gathered
+        document ``i`` has number ``i`` and its nodes (edges) follow those of documents ``< i``
+        with their local ids kept, so a slot's graph id is ``first[doc] + local``."""
+        return self._layouts.get(store) if self.version == self._filled_at else None
 
     def _fill(self, docs: list[tuple]) -> None:
         # graphs, entries and counts as add_documents puts them (no stores yet), then the stores
         self._apply_add([StoredDocument(i, g, {}) for i, (g, _) in enumerate(docs)], [""] * len(docs), {})
         disk = _DISK_NP[self.dtype]
+        first = {kind: np.concatenate([[0], np.cumsum([getattr(g, kind) for g, _ in docs])]).astype(np.int64)
+                 for kind in ("n_nodes", "n_edges")}
+        self._layouts, self._filled_at = {}, self.version
         for store, dim in self.dims.items():
             pieces = [(i, v[store]) for i, (_, v) in enumerate(docs) if store in v]
             if not pieces:
                 values, offsets, uids = np.zeros((0, dim), disk), np.zeros(1, np.int64), np.zeros(0, np.int64)
+                self._layouts[store] = (uids, uids, uids)
             else:
                 values = np.concatenate([rows for _, (_, rows, _) in pieces])  # one copy: its own rows
                 # every document's offsets [k+1] end to end: one diff, less the steps between documents
@@ -150,8 +162,11 @@ class _GatheredIndex(KnowledgeIndex):
                 lengths = np.delete(np.diff(ends), np.cumsum(sizes)[:-1] - 1)
                 offsets = np.zeros(lengths.size + 1, np.int64)
                 np.cumsum(lengths, out=offsets[1:])
-                uids = make_uid(np.repeat([i for i, _ in pieces], sizes - 1),
-                                np.concatenate([local for _, (local, _, _) in pieces]))
+                doc = np.repeat(np.asarray([i for i, _ in pieces], np.int64), sizes - 1)
+                local = np.concatenate([local for _, (local, _, _) in pieces]).astype(np.int64, copy=False)
+                uids = make_uid(doc, local)
+                firsts = first["n_edges" if store == "relation" else "n_nodes"]
+                self._layouts[store] = (doc, local, firsts[doc] + local)
             values = torch.from_numpy(values)
             if self.dtype == torch.bfloat16:
                 values = values.view(torch.bfloat16)

@@ -235,6 +235,12 @@ class KnowledgeIndex:
     # query, whose names repeat across queries, passes the cached one)
     _alias_key = None
 
+    def store_layout(self, store: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(doc [N], local [N], graph id [N])`` of `store`'s slots when this index already
+        knows them (a subclass filled once from trusted parts), else None: the query view then
+        derives them from the store's ids and checks them."""
+        return None
+
     def __init__(self, encoders: Encoders | None = None, *, dtype: torch.dtype = torch.float32,
                  dims: dict[str, int] | None = None):
         if encoders is not None and not isinstance(encoders, Encoders):

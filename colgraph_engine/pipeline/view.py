@@ -85,6 +85,11 @@ class IndexView:
         self.stores = {name: self._store_view(name, v) for name, v in self.vectors.items()}
 
     def _store_view(self, name, store: Vectors) -> StoreView:
+        known = self.index.store_layout(name)
+        if known is not None:  # doc ascending, every item alive and in the graph (see store_layout)
+            doc, local, node = known
+            first = np.flatnonzero(np.diff(doc, prepend=-1)) if doc.size else np.zeros(0, np.int64)
+            return StoreView(name, doc, local, node, doc[first], np.append(first, doc.size).astype(np.int64))
         uids = store.ids.cpu().numpy()
         if not bool(store.alive.all()):
             raise ValueError(f"index store {name!r}: has deleted items (compact it first)")
