@@ -10,9 +10,9 @@ dimension into ``2^nbits`` buckets:
   bucket decodes to.
 
 These two rules are ColBERT's (``collection_indexer.py``, ``_compute_avg_residual``).
-Decoding: ``x' = c + weights[bucket]`` per dimension. Unlike ColBERT we do not re-normalise
-``x'`` (our choice: the exact stage then scores ``<q, c> + <q, r'>`` linearly, which the fused
-kernels exploit; for unit inputs ``|x'|`` stays close to 1).
+Decoding: ``x' = c + weights[bucket]`` per dimension. As in ColBERT, an index of unit inputs
+then re-normalises ``x'`` (``IndexState.unit``, applied by the exact stage, :mod:`.rescore`);
+for other inputs ``x'`` is scored as decoded (our choice: there is no norm to restore).
 
 Packing: ``8 / nbits`` dimensions per byte, dimension ``j`` in byte ``j // (8 / nbits)`` at bit
 ``(j % (8 / nbits)) * nbits`` (lowest bits first): ``[T, d * nbits / 8]`` uint8. d must be a
