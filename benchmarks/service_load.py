@@ -20,7 +20,11 @@ Server: this script started again with ``--serve`` in a subprocess (the app of
 * ``batched, 5 ms window``: ``max_batch=32``, ``max_wait_ms=5`` (the oldest queued query waits up
   to 5 ms for company; the default before 2026-11-30).
 
-Clients: ``c`` closed-loop clients (asyncio + httpx, one connection each) in this process send
+Clients: ``c`` closed-loop clients (asyncio, one kept-alive connection each: ``--client raw``, the
+default, writes the request bytes itself and reads the answer by its length,
+``benchmarks/_http_client.py``; ``--client httpx`` uses httpx, which spent about 3 ms of CPU per
+request on these 2 shared cores; the other client is also measured at the top concurrency and for
+the HTTP overhead, same servers, same run) in this process send
 a fixed number of requests per cell (``max(64, 6c)``, after ``c`` warm-up requests); latency is
 the client's wall time per request; throughput = requests / cell wall time. Every request must
 be answered 200 (the queue, 1,024, is above every concurrency), and the answers of a sample are
@@ -64,9 +68,12 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 try:
-    from orjson import loads
+    from orjson import dumps, loads
 except ImportError:
     from json import loads
+
+    def dumps(obj) -> bytes:
+        return json.dumps(obj).encode()
 
 MODES = {"unbatched": (1, 0.0), "batched": (32, 0.0), "batched, 5 ms window": (32, 5.0)}
 
@@ -145,69 +152,109 @@ def summary(latencies: list[float], wall: float, n: int) -> dict:
             "p99_ms": q[98] * 1e3, "mean_ms": statistics.fmean(lat) * 1e3, "max_ms": lat[-1] * 1e3}
 
 
-async def load(url: str, questions: list[str], concurrency: int, n: int, warmup: int) -> dict:
-    """`concurrency` closed-loop clients send `n` requests (after `warmup`); latencies and answers."""
+class _HttpxPoster:
+    """httpx behind the raw client's ``post(path, body) -> (status, bytes)``."""
+
+    def __init__(self, client):
+        self.client = client
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        r = await self.client.post(path, content=body, headers={"Content-Type": "application/json"})
+        return r.status_code, r.content
+
+
+async def load(url: str, questions: list[str], concurrency: int, n: int, warmup: int, client: str = "raw") -> dict:
+    """`concurrency` closed-loop clients send `n` requests (after `warmup`); latencies and answers.
+    `client`: ``"raw"`` (``_http_client.AsyncConnection``, one per client) or ``"httpx"`` (one
+    ``AsyncClient`` with a connection per client)."""
     import httpx
 
+    from _http_client import AsyncConnection
+
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as hx:
+        conns = ([AsyncConnection(host, int(port)) for _ in range(concurrency)] if client == "raw"
+                 else [_HttpxPoster(hx)] * concurrency)
+
         async def run(count: int, record: bool):
             next_i = 0
             lat, statuses, sizes, answers = [], [], [], {}
 
-            async def worker():
+            async def worker(conn):
                 nonlocal next_i
                 while next_i < count:
                     i = next_i
                     next_i += 1
-                    q = questions[i % len(questions)]
+                    body = dumps({"question": questions[i % len(questions)]})
                     t0 = time.perf_counter()
-                    r = await client.post("/query", json={"question": q})
+                    status, content = await conn.post("/query", body)
                     dt = time.perf_counter() - t0
                     if record:
                         lat.append(dt)
-                        statuses.append(r.status_code)
-                        if r.status_code == 200:
-                            body = loads(r.content)  # orjson when installed: the client's parse stays small
-                            sizes.append(body["batch"]["size"])
-                            answers.setdefault(i % len(questions), signature(body))
+                        statuses.append(status)
+                        if status == 200:
+                            got = loads(content)  # orjson when installed: the client's parse stays small
+                            sizes.append(got["batch"]["size"])
+                            answers.setdefault(i % len(questions), signature(got))
             t0 = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            await asyncio.gather(*(worker(c) for c in conns))
             return time.perf_counter() - t0, lat, statuses, sizes, answers
 
-        await run(warmup, False)
-        wall, lat, statuses, sizes, answers = await run(n, True)
+        try:
+            await run(warmup, False)
+            wall, lat, statuses, sizes, answers = await run(n, True)
+        finally:
+            if client == "raw":
+                for c in conns:
+                    await c.close()
     out = summary(lat, wall, n)
     out.update({"failed": sum(s != 200 for s in statuses), "statuses": sorted(set(statuses)),
                 "mean_batch": statistics.fmean(sizes) if sizes else 0.0, "max_batch": max(sizes, default=0)})
     return out, answers
 
 
-def paired_overhead(url: str, pipe, questions: list[str], n: int) -> dict:
+def paired_overhead(url: str, pipe, questions: list[str], n: int, client: str = "raw") -> dict:
     """HTTP overhead measured in pairs, so that the machine's background load hits both sides
     alike: per question, ``pipe.retrieve(q)`` in this process, then the same question over HTTP
     (one client, the unbatched server, idle otherwise). Also splits the HTTP latency with the
     server's own figures: queue + run (the ``retrieve_batch`` call) vs the rest (HTTP parsing,
-    validation, JSON out, the loopback round trip, the client's parsing)."""
+    validation, JSON out, the loopback round trip, the client's parsing). `client`: ``"raw"``
+    (``_http_client.Connection``) or ``"httpx"`` (``httpx.Client``)."""
     import httpx
 
+    from _http_client import Connection
+
     inproc, http, rest = [], [], []
-    with httpx.Client(base_url=url, timeout=300) as client:
-        for q in questions[:4]:
-            client.post("/query", json={"question": q})
-        for i in range(n):
-            q = questions[i % len(questions)]
-            t0 = time.perf_counter()
-            pipe.retrieve(q)
-            t1 = time.perf_counter()
-            r = client.post("/query", json={"question": q})
-            t2 = time.perf_counter()
-            b = r.json()["batch"]
-            inproc.append(t1 - t0)
-            http.append(t2 - t1)
-            rest.append(t2 - t1 - (b["run_ms"] + b["queue_ms"]) / 1e3)
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    with httpx.Client(base_url=url, timeout=300) as hx:
+        conn = Connection(host, int(port)) if client == "raw" else None
+
+        def post(q: str) -> bytes:
+            body = dumps({"question": q})
+            if conn is not None:
+                return conn.post("/query", body)[1]
+            return hx.post("/query", content=body, headers={"Content-Type": "application/json"}).content
+        try:
+            for q in questions[:4]:
+                post(q)
+            for i in range(n):
+                q = questions[i % len(questions)]
+                t0 = time.perf_counter()
+                pipe.retrieve(q)
+                t1 = time.perf_counter()
+                content = post(q)
+                t2 = time.perf_counter()
+                b = loads(content)["batch"]
+                inproc.append(t1 - t0)
+                http.append(t2 - t1)
+                rest.append(t2 - t1 - (b["run_ms"] + b["queue_ms"]) / 1e3)
+        finally:
+            if conn is not None:
+                conn.close()
     diffs = [h - p for h, p in zip(http, inproc)]
-    return {"pairs": n, "in_process_p50_ms": statistics.median(inproc) * 1e3, "http_p50_ms": statistics.median(http) * 1e3,
+    return {"client": client, "pairs": n, "in_process_p50_ms": statistics.median(inproc) * 1e3,
+            "http_p50_ms": statistics.median(http) * 1e3,
             "overhead_p50_ms": (statistics.median(http) - statistics.median(inproc)) * 1e3,
             "median_pair_difference_ms": statistics.median(diffs) * 1e3,
             "outside_the_batch_call_p50_ms": statistics.median(rest) * 1e3}
@@ -266,7 +313,9 @@ def to_markdown(rep: dict) -> str:
         f"torch {m['torch']} (1 intra-op thread), COLGRAPH_NUM_THREADS={m['COLGRAPH_NUM_THREADS']}, "
         f"commit {str(m.get('git_commit'))[:10]}; load average (1 min) {m['loadavg_start'][0]:.1f} at the start, "
         f"{rep['loadavg_end'][0]:.1f} at the end (other jobs share the machine). Produced by `.venv/bin/python benchmarks/service_load.py"
-        f"{' --quick' if s['quick'] else ''}` in {rep['seconds']:.0f} s.", "",
+        f"{' --quick' if s['quick'] else ''}{' --client ' + rep['client'] if rep.get('client', 'httpx') != 'raw' else ''}` "
+        f"in {rep['seconds']:.0f} s. Load generator: {rep.get('client', 'httpx')} HTTP client in this process "
+        "(see the last reading for the other one).", "",
         f"Index: {s['documents']:,} generated documents ({rep['index_counts'].get('segments', 0):,} segments, "
         f"{rep['index_counts'].get('entities', 0):,} entities, {rep['index_counts'].get('relations', 0):,} relations), "
         "offline encoders; default pipeline config (Kd 10, Kg 10, l 1). Text questions; every latency includes "
@@ -341,6 +390,8 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--max-batch", type=int, default=32, help=argparse.SUPPRESS)
     p.add_argument("--max-wait-ms", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.add_argument("--client", choices=("raw", "httpx"), default="raw",
+                   help="the load generator's HTTP client (the other one is measured at the top concurrency too)")
     p.add_argument("--documents", type=int, default=1000)
     p.add_argument("--concurrency", default="1,4,16,32")
     p.add_argument("--torch-threads", type=int, default=1)
@@ -388,14 +439,23 @@ def main(argv=None) -> int:
             for mode, server in servers.items():
                 n = requests_for(c)
                 tqdm.write(f"{mode}: {c} clients, {n} requests ...")
-                cell, answers = asyncio.run(load(server.url, questions, c, n, warmup=c))
+                cell, answers = asyncio.run(load(server.url, questions, c, n, warmup=c, client=args.client))
                 for i, sig in answers.items():
                     if i in sigs:
                         checked += 1
                         mismatches += sig != sigs[i]
                 http[mode][str(c)] = cell
         tqdm.write("unbatched: paired in-process / HTTP requests ...")
-        paired = paired_overhead(servers["unbatched"].url, pipe, questions, 64)
+        paired = paired_overhead(servers["unbatched"].url, pipe, questions, 64, client=args.client)
+        # the other client on the same servers: what the load generator's own cost changes
+        other = "httpx" if args.client == "raw" else "raw"
+        top_c = max(concurrencies)
+        other_client = {"client": other, "paired": paired_overhead(servers["unbatched"].url, pipe, questions, 64,
+                                                                   client=other)}
+        for mode in ("unbatched", "batched"):
+            tqdm.write(f"{mode}, {other} client: {top_c} clients ...")
+            other_client[mode] = asyncio.run(load(servers[mode].url, questions, top_c, requests_for(top_c),
+                                                  warmup=top_c, client=other))[0]
     finally:
         for server in servers.values():
             server.close()
@@ -438,7 +498,15 @@ def main(argv=None) -> int:
         f"{http['batched'][top]['mean_batch']:.1f} (no wait) / {http['batched, 5 ms window'][top]['mean_batch']:.1f} "
         f"(window); at {top} clients the window gives {http['batched, 5 ms window'][top]['qps']:.1f} q/s." if "1" in http["batched"] else "",
     ]
+    oc = other_client
+    findings.append(
+        f"The load generator shares the 2 cores with the server. With {oc['client']} as the client instead of "
+        f"{args.client} (same servers, same run): {top} clients unbatched {oc['unbatched']['qps']:.1f} q/s, batched "
+        f"{oc['batched']['qps']:.1f} q/s ({oc['batched']['qps'] / oc['unbatched']['qps']:.2f}x, mean batch "
+        f"{oc['batched']['mean_batch']:.1f}); HTTP overhead {oc['paired']['overhead_p50_ms']:+.2f} ms (p50 "
+        f"{oc['paired']['http_p50_ms']:.2f} vs {oc['paired']['in_process_p50_ms']:.2f} ms in-process).")
     rep = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "machine": info,
+           "client": args.client, "other_client": oc,
            "settings": {"documents": args.documents, "concurrency": concurrencies, "quick": args.quick,
                         "modes": {k: {"max_batch": b, "max_wait_ms": w} for k, (b, w) in MODES.items()},
                         "requests_per_cell": {c: requests_for(c) for c in concurrencies}, "index": how},

@@ -62,12 +62,11 @@ class ServiceConfig:
 
     Batching: ``max_batch`` queries per ``retrieve_batch`` (1: no batching), ``max_wait_ms`` the
     longest the oldest queued query waits for company, ``queue_size`` queries waiting before 429.
-    ``max_wait_ms`` defaults to 0 (ours): a batch is what queued while the previous one ran. In
-    three load tests here (benchmarks/service_load.py, 2026-11-30) that answered 3.07x, 3.24x and
-    2.90x the unbatched rate at 32 clients against 2.84x, 2.76x and 3.08x with a 5 ms window (the
-    two are within the machine's noise there), and a lone client kept the 5 ms (p50 about 34 ms
-    against 39-41); a window helped at 4 clients (1.86x, 1.94x, 1.88x against 1.66x, 1.55x,
-    1.76x), so light, bursty loads may want one.
+    ``max_wait_ms`` defaults to 0 (ours): a batch is what queued while the previous one ran, and
+    a lone client never waits. In the load test here (benchmarks/service_load.py, 2026-11-30
+    20:20 UTC, lean client) that answered 3.27x the unbatched rate at 32 clients and 1.63x at 4,
+    against 3.42x and 2.01x with a 5 ms window, which cost a lone client its 5 ms (p50 38.4
+    against 32.5 ms); steady concurrent loads may want a window.
     Limits: ``max_query_bytes`` per query request body (base64 images included),
     ``max_upload_bytes`` per ``POST /documents`` body, ``max_batch_queries`` questions per batch
     request, ``max_upload_files`` files per upload, ``max_image_pixels`` per query image,
