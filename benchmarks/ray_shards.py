@@ -29,9 +29,9 @@ calls`` (the same calls as Ray actor calls: ``ShardedIndex.direct`` off); ``2 sh
 fetched in a second call); ``2 shards, rows via Ray`` (``gather_from="ray"``: two rounds, the
 rows as bytes through Ray); ``2 shards, full`` (every score sent: the O(documents) protocol that
 image queries use); ``2 shards, doc cache`` (the driver's document cache warmed by one pass:
-only the gathered index is built); ``2 shards, N thread(s) each`` (each shard's native kernels
-get cores / shards threads, ``COLGRAPH_NUM_THREADS`` in the actors' runtime environment, instead
-of every core). Overhead = the median over queries of (variant's latency -
+only the gathered index is built); ``2 shards, every core each`` (each shard's native kernels
+get every core, ``COLGRAPH_NUM_THREADS`` in the actors' runtime environment, instead of the
+default cores / shards on one machine, ``ShardedIndex.shard_threads``). Overhead = the median over queries of (variant's latency -
 single's latency on the same query); also p50 / p99 of each. Stage times are the results'
 ``timings``; ``ShardedPipeline.last_spans`` (medians, in the json as ``spans_ms``) say where the
 sharded time goes: the call's dispatch, the slowest shard's stage 1, shipping, the reply, the
@@ -57,8 +57,6 @@ import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-os.environ.setdefault("COLGRAPH_NUM_THREADS", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                                  else os.cpu_count()))
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
@@ -143,6 +141,9 @@ def main() -> None:
     # cores to every other process while the single-process baseline (niceness 0) does not
     os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    # after ray.init: the shard processes must not inherit the driver's count (shards on one
+    # machine split its cores themselves: ShardedIndex.shard_threads)
+    os.environ.setdefault("COLGRAPH_NUM_THREADS", str(cores))
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ray_shards-"))
     out: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                  "machine": machine_info(), "index": {k: v for k, v in info.items() if k != "path"},
@@ -158,14 +159,15 @@ def main() -> None:
             # served as a deployed index is: opened from its directories (graphs mapped from the part files)
             sharded[s] = ShardedIndex.open(tmp / f"s{s}", enc)
         s2 = 2 if 2 in sharded else shard_counts[0]
-        # the same shards with the cores split between them (native kernels cores / shards threads each)
-        per_shard = str(max(1, cores // s2))
+        # the same shards with every core each (the default before shards split a machine's cores)
         split = ShardedIndex.open(tmp / f"s{s2}", enc, actor_options={
-            "runtime_env": {"env_vars": {"COLGRAPH_NUM_THREADS": per_shard}}})
+            "runtime_env": {"env_vars": {"COLGRAPH_NUM_THREADS": str(cores)}}})
+        out["config"]["shard_threads"] = {f"{s} shards": sharded[s].shard_threads for s in shard_counts}
+        out["config"]["shard_threads"][f"{s2} shards, every core each"] = split.shard_threads
         variants = {"single": single}
         for s in shard_counts:
             variants[f"{s} shards"] = ShardedPipeline(sharded[s], cfg, doc_cache=0, view_cache=0)
-        variants[f"{s2} shards, {per_shard} thread(s) each"] = ShardedPipeline(split, cfg, doc_cache=0, view_cache=0)
+        variants[f"{s2} shards, every core each"] = ShardedPipeline(split, cfg, doc_cache=0, view_cache=0)
         variants[f"{s2} shards, two rounds"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0,
                                                                prefetch=False)
         variants[f"{s2} shards, rows via Ray"] = ShardedPipeline(sharded[s2], cfg, doc_cache=0, view_cache=0,
@@ -353,7 +355,9 @@ def report(out: dict) -> str:
          + f"at the end {', '.join(f'{x:.1f}' for x in out['loadavg_end'])}); Ray {out['config']['ray']}"
          + (f" (workers at niceness {out['config']['RAY_worker_niceness']})" if "RAY_worker_niceness" in out['config']
             else "") + "; "
-         f"COLGRAPH_NUM_THREADS={out['config']['COLGRAPH_NUM_THREADS']}, torch threads 1.",
+         f"COLGRAPH_NUM_THREADS={out['config']['COLGRAPH_NUM_THREADS']} in the driver, torch threads 1"
+         + (("; shards' native threads " + ", ".join(f"{k}: {v}" for k, v in out['config']['shard_threads'].items()))
+            if "shard_threads" in out["config"] else "") + ".",
          f"Index: {out['index']['documents']} generated documents ({out['index']['counts']}), offline encoders "
          f"(128-d float32), {out['index']['how']}. {out['config']['questions']} text questions after "
          f"{out['config']['warmup']} warm-up ones, default config (Kd {out['config']['kd']}).",
@@ -382,8 +386,8 @@ def report(out: dict) -> str:
           "answer (one round), calls over the direct connections to the shard actors (the defaults), `Ray calls` makes "
           "the same calls as Ray actor calls, `two rounds` fetches them in a second call, `rows via Ray` moves the "
           "rows as bytes through Ray in that second call (the previous design's data path), `full` sends every "
-          "score, `doc cache` has every document in the driver's cache, `N thread(s) each` gives each shard's native "
-          "kernels cores / shards threads instead of every core. Where the sharded time goes (medians, ms; "
+          "score, `doc cache` has every document in the driver's cache, `every core each` gives each shard's native "
+          "kernels every core instead of the default share (cores / shards on one machine). Where the sharded time goes (medians, ms; "
           "`dispatch` and `reply` from wall clocks of one node):", "",
           "| variant | dispatch | slowest shard's stage 1 | ship | reply | fuse | fetch | build | view | stages 2-7 |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

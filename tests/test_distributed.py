@@ -626,3 +626,25 @@ def test_sharded_prefilter_recall_is_the_fusion_of_every_shards_own_prefilter(ra
                    for i in (KnowledgeIndex.open(sh.shard_path(j), None).prefilter_info() for j in range(2)))
     finally:
         sh.close()
+
+
+def test_shards_on_one_machine_split_its_cores_unless_told(ray_session, single, tmp_path):
+    """Every shard of the local Ray instance is on this machine: each gets cores // shards native
+    threads; a thread count in the actors' environment is kept; a restarted shard takes its share."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    sh = ShardedIndex.from_index(single, tmp_path / "split", 2)
+    try:
+        assert sh.shard_threads == [max(1, cores // 2)] * 2
+        sh.restart(1)
+        assert sh.shard_threads == [max(1, cores // 2)] * 2
+        assert sh.call(0, "share_cores", 1) == cores  # alone on the machine: every core
+        with pytest.raises(ValueError, match="shards_here"):
+            sh.call(0, "share_cores", 0)
+    finally:
+        sh.close()
+    told = ShardedIndex.open(tmp_path / "split", ENC, actor_options={
+        "runtime_env": {"env_vars": {"COLGRAPH_NUM_THREADS": "3"}}})
+    try:
+        assert told.shard_threads == [3, 3]
+    finally:
+        told.close()

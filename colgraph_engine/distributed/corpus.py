@@ -100,6 +100,11 @@ class ShardedIndex:
     (:meth:`scatter`) go over a direct connection to each actor (:mod:`.channel`: ~0.1 ms a round
     instead of ~1 ms for Ray's actor calls on this machine); a shard the driver cannot connect
     to gets Ray calls. The attribute can be switched at any time (benchmarks compare both).
+
+    Cores: shards on one machine split its cores between their native kernels
+    (:meth:`.shard.Shard.share_cores`; :attr:`shard_threads` lists the counts), unless the actors'
+    runtime environment sets ``COLGRAPH_NUM_THREADS`` (``actor_options={"runtime_env":
+    {"env_vars": {"COLGRAPH_NUM_THREADS": "8"}}}``).
     """
 
     def __init__(self, root: Path, encoders: Encoders, dtype: torch.dtype, dims: dict, smap: ShardMap,
@@ -121,6 +126,8 @@ class ShardedIndex:
         for i in range(smap.n_shards):
             self.actors[i] = self._start(i)
         self.call_all("ping")  # fail here, not in the first query, when actors cannot start
+        self.shard_threads: list[int] = [0] * smap.n_shards
+        self._share_cores()
 
     # -- life cycle -----------------------------------------------------------------------------
     @classmethod
@@ -220,6 +227,16 @@ class ShardedIndex:
         self.actors[i] = self._start(i)
         self.restarts[i] += 1
         self.get(i, self.actors[i].ping.remote())
+        self._nodes[i] = self.call(i, "node")
+        self.shard_threads[i] = self.call(i, "share_cores", self._nodes.count(self._nodes[i]))
+
+    def _share_cores(self) -> None:
+        """Shards on one machine split its cores (:meth:`.shard.Shard.share_cores`); the counts
+        in effect land in :attr:`shard_threads`. A restarted shard takes its share of the
+        machine it lands on (the others keep theirs)."""
+        self._nodes = self.call_all("node")
+        refs = [(i, self.actors[i].share_cores.remote(self._nodes.count(n))) for i, n in enumerate(self._nodes)]
+        self.shard_threads = [self.get(i, r) for i, r in refs]
 
     # -- calls --------------------------------------------------------------------------------------
     def get(self, shard: int, ref, timeout: float | None = None):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import socket
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 
 from ..kg.index import KnowledgeIndex
+from ..ops._native_impl import num_threads
 from ..pipeline.recall import IMAGE_STORES, TEXT_STORES, _side_scores
 from ..pipeline.view import IndexView
 from .bundle import PartRef, pack_documents
@@ -76,6 +78,9 @@ class Shard:
             self.index = KnowledgeIndex.open(self.path, None, verify=False)
         self._view: IndexView | None = None
         self._token = uuid.uuid4().hex  # versions of different actor lives never compare equal
+        # a thread count given to this process (the actor's runtime environment) is the caller's
+        # choice; otherwise share_cores may set one
+        self._threads_given = os.environ.get("COLGRAPH_NUM_THREADS", "").strip() or None
 
     def _current_view(self) -> IndexView:
         if self._view is None or self._view.graph is not self.index.graph or self._view.version != self.index.version:
@@ -86,6 +91,31 @@ class Shard:
     def ping(self) -> int:
         """The process id (a liveness check)."""
         return os.getpid()
+
+    def node(self) -> str:
+        """Which machine this shard runs on: its Ray node id (the host name outside Ray)."""
+        try:
+            import ray
+            if ray.is_initialized():
+                return ray.get_runtime_context().get_node_id()
+        except ImportError:
+            pass
+        return socket.gethostname()
+
+    @_locked
+    def share_cores(self, shards_here: int) -> int:
+        """Gives this shard's native kernels ``max(1, cores // shards_here)`` threads (cores: the
+        ones this process may run on), unless its environment named a thread count; returns the
+        count in effect. Why: every shard's stage 1 runs at the same time, so shards that share
+        a machine and each take every core oversubscribe it, and the slowest shard, which sets
+        the query's latency, waits on the others' threads (``benchmarks/results/ray_shards.md``:
+        ``N thread(s) each``)."""
+        if isinstance(shards_here, bool) or not isinstance(shards_here, int) or shards_here < 1:
+            raise ValueError(f"shards_here: expected an int >= 1, got {shards_here!r}")
+        if self._threads_given is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            os.environ["COLGRAPH_NUM_THREADS"] = str(max(1, cores // shards_here))
+        return num_threads()
 
     def open_channel(self, authkey: bytes) -> tuple[str, int]:
         """Starts serving :data:`CHANNEL_METHODS` over a direct connection (once per actor) on
