@@ -36,6 +36,12 @@ that). Both include query encoding, as the server's do. The machine is shared, s
 interleaved: all three servers start first (idle ones cost nothing), then per concurrency the
 in-process row and the three modes are measured back to back.
 
+Ingest under load: one more batched server over a copy of the index (``shutil.copytree``: the
+cached index is never written) answers the top concurrency's closed-loop clients while another
+client uploads ``--uploads`` text documents one at a time; the run counts failed queries, uploads
+not answered 200, and lost documents (``/health``'s count before and after, and every uploaded
+name in the index reopened from disk).
+
 Ratios reported: batched / unbatched throughput at each concurrency (target >= 3x at 32), p99
 at 32 clients batched / in-process single-request p50 (target <= 2x), and HTTP overhead = p50 of
 one client unbatched minus p50 of in-process ``retrieve`` (target <= 2 ms).
@@ -52,11 +58,13 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -260,6 +268,52 @@ def paired_overhead(url: str, pipe, questions: list[str], n: int, client: str = 
             "outside_the_batch_call_p50_ms": statistics.median(rest) * 1e3}
 
 
+def ingest_under_load(path: pathlib.Path, enc, questions: list[str], concurrency: int, n: int, uploads: int,
+                      torch_threads: int, client: str) -> dict:
+    """The batched server over a copy of the index (the cached one stays as it is): `concurrency`
+    closed-loop query clients send `n` requests while one more client uploads `uploads` text
+    documents one after another (``POST /documents``, multipart). Counts the queries that
+    failed, the uploads not answered 200, and the documents lost: uploaded names missing from
+    ``/health``'s count afterwards or from the index reopened from disk."""
+    import httpx
+
+    from colgraph_engine.kg import KnowledgeIndex
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="service_ingest-"))
+    copy = tmp / "index"
+    try:
+        shutil.copytree(path, copy)
+        server = Server(copy, 32, 0.0, torch_threads)
+        names = [f"ingest-{i:03d}.txt" for i in range(uploads)]
+        try:
+            async def main():
+                async with httpx.AsyncClient(base_url=server.url, timeout=300) as hx:
+                    before = (await hx.get("/health")).json()["documents"]
+                    statuses, seconds = [], []
+
+                    async def uploader():
+                        for i, name in enumerate(names):
+                            text = f"Ledger {i} of the Osterholt mill is kept in the Varnel archive, shelf {i % 7}."
+                            t0 = time.perf_counter()
+                            r = await hx.post("/documents", files=[("files", (name, text.encode(), "text/plain"))])
+                            seconds.append(time.perf_counter() - t0)
+                            statuses.append(r.status_code)
+                    (cell, _), _ = await asyncio.gather(
+                        load(server.url, questions, concurrency, n, warmup=concurrency, client=client), uploader())
+                    after = (await hx.get("/health")).json()["documents"]
+                return before, after, statuses, seconds, cell
+            before, after, statuses, seconds, cell = asyncio.run(main())
+        finally:
+            server.close()
+        on_disk = set(KnowledgeIndex.open(copy, enc, verify=False).documents)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"clients": concurrency, "queries": cell, "uploads": uploads,
+            "uploads_not_ok": sum(s != 200 for s in statuses), "upload_p50_ms": statistics.median(seconds) * 1e3,
+            "documents_before": before, "documents_after": after,
+            "lost": uploads - (after - before), "missing_on_disk": sum(nm not in on_disk for nm in names)}
+
+
 def signature(body_or_result) -> tuple:
     """What must agree between HTTP and in-process: recalled documents and ranked image nodes."""
     if isinstance(body_or_result, dict):
@@ -344,6 +398,16 @@ def to_markdown(rep: dict) -> str:
         lines.append(f"| {row['target']} | {row['measured']} | {'yes' if row['met'] else 'no'} |")
     lines += ["", f"Answers checked against the in-process pipeline: {rep['checked']} questions, "
               f"{rep['mismatches']} mismatches (recalled documents and ranked image nodes).", ""]
+    ing = rep.get("ingest")
+    if ing:
+        q = ing["queries"]
+        lines += ["## Ingest under load", "",
+                  f"The batched server over a copy of the index: {ing['clients']} query clients sent {q['requests']} "
+                  f"requests ({_f(q['qps'])} q/s, p50 {_f(q['p50_ms'])} ms, p99 {_f(q['p99_ms'])} ms, {q['failed']} failed, "
+                  f"mean batch {q['mean_batch']:.1f}) while one more client uploaded {ing['uploads']} text documents one "
+                  f"after another (p50 {_f(ing['upload_p50_ms'])} ms per upload, {ing['uploads_not_ok']} not answered 200): "
+                  f"documents {ing['documents_before']:,} before, {ing['documents_after']:,} after ({ing['lost']} lost), "
+                  f"{ing['missing_on_disk']} of the uploaded names missing from the index reopened from disk.", ""]
     lines += ["## Reading", ""] + [f"* {x}" for x in rep["findings"]] + [""]
     return "\n".join(lines)
 
@@ -393,6 +457,7 @@ def main(argv=None) -> int:
     p.add_argument("--client", choices=("raw", "httpx"), default="raw",
                    help="the load generator's HTTP client (the other one is measured at the top concurrency too)")
     p.add_argument("--documents", type=int, default=1000)
+    p.add_argument("--uploads", type=int, default=24, help="documents uploaded during the ingest-under-load cell")
     p.add_argument("--concurrency", default="1,4,16,32")
     p.add_argument("--torch-threads", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="200 documents, 1/4 clients (a smoke run)")
@@ -459,6 +524,9 @@ def main(argv=None) -> int:
     finally:
         for server in servers.values():
             server.close()
+    tqdm.write(f"batched, {top_c} clients while documents are uploaded ...")
+    ingest = ingest_under_load(path, enc, questions, top_c, requests_for(top_c), args.uploads,
+                               args.torch_threads, args.client)
     single = inp["single"]
     top = str(max(concurrencies))
     ratio = http["batched"][top]["qps"] / http["unbatched"][top]["qps"]
@@ -475,6 +543,12 @@ def main(argv=None) -> int:
                    "1 client, unbatched server) <= 2 ms",
          "measured": f"{overhead:+.2f} ms", "met": overhead <= 2},
         {"target": "0 failed requests below the back-pressure limit", "measured": str(failed), "met": failed == 0},
+        {"target": f"0 lost documents across concurrent ingest and queries ({ingest['uploads']} uploads while "
+                   f"{ingest['clients']} clients query)",
+         "measured": f"{ingest['lost']} lost, {ingest['missing_on_disk']} missing on disk, "
+                     f"{ingest['uploads_not_ok']} uploads and {ingest['queries']['failed']} queries failed",
+         "met": ingest["lost"] == 0 and ingest["missing_on_disk"] == 0 and ingest["uploads_not_ok"] == 0
+                and ingest["queries"]["failed"] == 0},
     ]
     inproc_top = inp["batch"].get(int(top), {}).get("qps")
     findings = [
@@ -506,7 +580,7 @@ def main(argv=None) -> int:
         f"{oc['batched']['mean_batch']:.1f}); HTTP overhead {oc['paired']['overhead_p50_ms']:+.2f} ms (p50 "
         f"{oc['paired']['http_p50_ms']:.2f} vs {oc['paired']['in_process_p50_ms']:.2f} ms in-process).")
     rep = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "machine": info,
-           "client": args.client, "other_client": oc,
+           "client": args.client, "other_client": oc, "ingest": ingest,
            "settings": {"documents": args.documents, "concurrency": concurrencies, "quick": args.quick,
                         "modes": {k: {"max_batch": b, "max_wait_ms": w} for k, (b, w) in MODES.items()},
                         "requests_per_cell": {c: requests_for(c) for c in concurrencies}, "index": how},
