@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -180,6 +181,7 @@ def main(argv=None) -> int:
                                                                    show_progress=False), queries),
                          bytes_per_token=code_bytes / pv.shape[0], build_s=fp_build))
         print(json.dumps(rows[-1]), flush=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # its index: hundreds of MB
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": f"python benchmarks/prefilter_pages.py --nbits {args.nbits}", "info": info}
     args.out.mkdir(parents=True, exist_ok=True)

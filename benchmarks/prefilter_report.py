@@ -234,6 +234,8 @@ def run_corpus(name, spec, args, fp_search, rows, notes, cs_mod=None):
     except Exception as exc:  # noqa: BLE001 - keep the rest of the report
         notes.append(f"fast-plaid failed on {name}: {type(exc).__name__}: {exc}"[:400])
         print(notes[-1], flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # its index: up to a few hundred MB
 
 
 def report_stem(args) -> str:
