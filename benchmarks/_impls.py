@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
+import pathlib
 import platform
 
 # colpali-engine >= 0.3.18 routes MaxSim through COLPALI_SCORES_BACKEND (read per call). "auto"
@@ -252,3 +254,15 @@ def machine_info() -> dict:
         "colpali_engine": colpali_version(),
         "COLPALI_SCORES_BACKEND": os.environ.get("COLPALI_SCORES_BACKEND"),
     }
+
+
+def write_report(out, stem: str, text: str, rep: dict) -> pathlib.Path | None:
+    """Writes ``<stem>.md`` (`text`) and ``<stem>.json`` (`rep`) into folder `out` (created),
+    or nothing when `out` is None; returns the folder (for a plot beside them)."""
+    if out is None:
+        return None
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(rep, indent=1) + "\n")
+    return out

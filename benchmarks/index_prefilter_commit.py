@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import pathlib
 import shutil
@@ -206,7 +205,7 @@ def main(argv=None) -> int:
         results = [run_size(n, adds, enc, tmp) for n in tqdm(sizes, desc="sizes", unit="size")]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    from _impls import cpu_model
+    from _impls import cpu_model, write_report
     rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": f"{cpu_model()}, {len(os.sched_getaffinity(0))} usable cores", "adds": adds,
            "sizes": results, "total_s": time.perf_counter() - t0, "load_after": os.getloadavg(),
@@ -215,11 +214,8 @@ def main(argv=None) -> int:
            + (f" --adds {args.adds}" if args.adds != 30 and not args.quick else "")}
     text = to_markdown(rep)
     print(text)
-    out = pathlib.Path(args.out) if args.out else (None if args.quick else HERE / "results")
+    out = write_report(args.out or (None if args.quick else HERE / "results"), "index_prefilter_commit", text, rep)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "index_prefilter_commit.md").write_text(text)
-        (out / "index_prefilter_commit.json").write_text(json.dumps(rep, indent=1) + "\n")
         plot(rep, out / "index_prefilter_commit.png")
     return 0
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import pathlib
 import statistics
@@ -30,9 +29,11 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 from tqdm import tqdm  # noqa: E402
 
+from _impls import write_report  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex  # noqa: E402
 from tests.test_kg_index_growth import city_doc  # noqa: E402
 
@@ -79,11 +80,7 @@ def main(argv=None) -> int:
           "per sibling, store and store again.", ""]
     text = "\n".join(md)
     print(text)
-    out = pathlib.Path(args.out) if args.out else (None if args.quick else HERE / "results")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "index_remove.md").write_text(text)
-        (out / "index_remove.json").write_text(json.dumps(rep, indent=1) + "\n")
+    write_report(args.out or (None if args.quick else HERE / "results"), "index_remove", text, rep)
     return 0
 
 
