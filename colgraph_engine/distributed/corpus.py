@@ -126,8 +126,7 @@ class ShardedIndex:
         for i in range(smap.n_shards):
             self.actors[i] = self._start(i)
         self.call_all("ping")  # fail here, not in the first query, when actors cannot start
-        self.shard_threads: list[int] = [0] * smap.n_shards
-        self._share_cores()
+        self._share_cores()  # sets shard_threads
 
     # -- life cycle -----------------------------------------------------------------------------
     @classmethod
@@ -234,9 +233,9 @@ class ShardedIndex:
         """Shards on one machine split its cores (:meth:`.shard.Shard.share_cores`); the counts
         in effect land in :attr:`shard_threads`. A restarted shard takes its share of the
         machine it lands on (the others keep theirs)."""
-        self._nodes = self.call_all("node")
+        self._nodes: list[str] = self.call_all("node")
         refs = [(i, self.actors[i].share_cores.remote(self._nodes.count(n))) for i, n in enumerate(self._nodes)]
-        self.shard_threads = [self.get(i, r) for i, r in refs]
+        self.shard_threads: list[int] = [self.get(i, r) for i, r in refs]
 
     # -- calls --------------------------------------------------------------------------------------
     def get(self, shard: int, ref, timeout: float | None = None):

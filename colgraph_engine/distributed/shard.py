@@ -106,10 +106,10 @@ class Shard:
     def share_cores(self, shards_here: int) -> int:
         """Gives this shard's native kernels ``max(1, cores // shards_here)`` threads (cores: the
         ones this process may run on), unless its environment named a thread count; returns the
-        count in effect. Why: every shard's stage 1 runs at the same time, so shards that share
-        a machine and each take every core oversubscribe it, and the slowest shard, which sets
-        the query's latency, waits on the others' threads (``benchmarks/results/ray_shards.md``:
-        ``N thread(s) each``)."""
+        count in effect. Why (the split is our choice): every shard's stage 1 runs at the same
+        time, so shards that share a machine and each take every core oversubscribe it, and the
+        slowest shard, which sets the query's latency, waits on the others' threads
+        (``benchmarks/results/ray_shards.md`` compares ``every core each``)."""
         if isinstance(shards_here, bool) or not isinstance(shards_here, int) or shards_here < 1:
             raise ValueError(f"shards_here: expected an int >= 1, got {shards_here!r}")
         if self._threads_given is None:
