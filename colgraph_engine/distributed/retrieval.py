@@ -446,6 +446,7 @@ class ShardedPipeline:
             out.append((graph, got))
         return out
 
+
 def _shard_paths(answers: list[dict], rows: dict, nq: int) -> list[dict[str, str]]:
     """Per query ``{store: "shard 0: <path (reason)>; shard 1: ..."}``: which path each shard's
     stage 1 took per recall store (``Recall.paths`` of one index, one entry per shard)."""
