@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from colgraph_engine.graph import KnowledgeGraph, NodeKind
-from colgraph_engine.kg import DocumentInput, Encoders, IndexFormatError, KnowledgeIndex, build_document_graph
+from colgraph_engine.kg import (DocumentInput, Encoders, IndexFormatError, ItemVectors, KnowledgeIndex,
+                                 build_document_graph)
 from colgraph_engine.kg import index as index_module
 from colgraph_engine.kg.index import read_documents
 from colgraph_engine.pipeline import Pipeline
 
-from .test_kg_index import ENC, assert_same_index, small_docs
+from .test_kg_index import CROSS_MACHINE_ATOL, ENC, assert_same_index, small_docs
 
 FIXTURES = {1: Path(__file__).parent / "fixtures" / "kg_index_v1",
             2: Path(__file__).parent / "fixtures" / "kg_index_v2"}  # written by the format-2 writer (commit e14cad8)
@@ -289,23 +290,44 @@ def test_crafted_vector_entries_are_format_errors(tmp_path, edit):
         KnowledgeIndex.open(path)
 
 
+def stored_vectors(idx: KnowledgeIndex, doc_id: str) -> dict[str, ItemVectors]:
+    """The vectors `idx` holds for one document, per store, as :func:`encode_document` returns them."""
+    number, out = idx.doc_number(doc_id), {}
+    for name, st in idx.stores.items():
+        uids = sorted(u for u in st.ids[st.alive].tolist() if u >> 32 == number)
+        rows = [st.get(u) for u in uids]
+        offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+        offsets[1:] = torch.cumsum(torch.tensor([r.shape[0] for r in rows], dtype=torch.int64), 0)
+        values = torch.cat(rows) if rows else torch.zeros(0, st.dim)
+        out[name] = ItemVectors(np.asarray([u & 0xFFFFFFFF for u in uids], np.int64), values, offsets)
+    return out
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_older_directories_open_and_their_first_change_upgrades_them(tmp_path, version):
     path = tmp_path / f"v{version}"
     shutil.copytree(FIXTURES[version], path)
     assert json.loads((path / "manifest.json").read_text())["version"] == version
     old = KnowledgeIndex.open(path, ENC)
+    # against a fresh build: graphs exact, vectors within the cross-machine tolerance (the
+    # fixture's vectors were encoded on another machine)
     scratch = KnowledgeIndex(ENC)
     scratch.add_documents(small_docs())
-    assert_same_index(old, scratch)
+    assert_same_index(old, scratch, vector_atol=CROSS_MACHINE_ATOL)
     assert read_documents(path) == [{"doc_id": d, "number": old.doc_number(d), "part": p,
                                      "nodes": old.document(d).n_nodes, "edges": old.document(d).n_edges,
                                      "counts": {k: old.document(d).counts[k] for k in COUNTED}}
                                     for d, p in zip(old.documents, [e.part for e in old._docs.values()])]
+    # against an in-memory index holding the fixture's own vectors: everything bit-exact
+    same = KnowledgeIndex(ENC)
+    same.add_documents([old.document(d) for d in old.documents], [stored_vectors(old, d) for d in old.documents])
+    assert_same_index(old, same)
     old.add_documents([city_doc(0)])
     assert json.loads((path / "manifest.json").read_text())["version"] == 3
     assert all(p.is_file() and p.suffix == ".part" for p in (path / "parts").iterdir())  # no part folder left
     scratch.add_documents([city_doc(0)])
+    same.add_documents([city_doc(0)])
     for a in (old, KnowledgeIndex.open(path, ENC)):
-        assert_same_index(a, scratch)
-        assert retrieval(a, QUESTIONS) == retrieval(scratch, QUESTIONS)
+        assert_same_index(a, same)
+        assert retrieval(a, QUESTIONS) == retrieval(same, QUESTIONS)
+        assert_same_index(a, scratch, vector_atol=CROSS_MACHINE_ATOL)
