@@ -294,8 +294,7 @@ class KnowledgeIndex:
         """A new, empty index committed to directory `path` (which must not hold one, unless
         `overwrite`)."""
         path = _as_dir(path)
-        if (path / "manifest.json").exists() and not overwrite:
-            raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
+        _check_new_folder(path, overwrite)
         index = cls(encoders, dtype=dtype, dims=dims)
         if overwrite and path.exists():
             _check_replaceable(path)
@@ -397,8 +396,7 @@ class KnowledgeIndex:
         """Writes this (in-memory) index to a new directory `path` as a single part, and makes
         `path` its backing directory."""
         path = _as_dir(path)
-        if (path / "manifest.json").exists() and not overwrite:
-            raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
+        _check_new_folder(path, overwrite)
         if overwrite and path.exists():
             _check_replaceable(path)
             shutil.rmtree(path)
@@ -1485,6 +1483,23 @@ def _generation_on_disk(path: Path):
         return None
 
 
+def _check_new_folder(path: Path, overwrite: bool) -> None:
+    """ValueError unless a new index may be written at `path`: a missing or empty folder, or
+    (with `overwrite`) one that holds an index. A folder with other files is refused, naming a
+    few of them: writing an index into it would mix the user's files with the index's."""
+    if (path / "manifest.json").exists() and not overwrite:
+        raise ValueError(f"path: {path} already holds an index (pass overwrite=True to replace it)")
+    if overwrite or not path.exists():
+        return
+    if not path.is_dir():
+        raise ValueError(f"path: {path} exists and is not a folder")
+    entries = sorted(e.name for e in path.iterdir())
+    if entries:
+        shown = ", ".join(entries[:5]) + (f", ... ({len(entries)} entries)" if len(entries) > 5 else "")
+        raise ValueError(f"path: {path} is a non-empty folder that holds no knowledge index ({shown}); "
+                         "choose an empty or new folder")
+
+
 def _check_replaceable(path: Path) -> None:
     """Overwriting may delete `path` only when it is an empty folder or holds an index."""
     if not path.is_dir() or path.is_symlink():
@@ -1639,14 +1654,21 @@ def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int, h=None) -
     return h.hexdigest()
 
 
+# What the index itself writes into parts/ and vectors/ (see _write_part, _new_vector_files; folder
+# parts are versions 1 and 2). Cleanup after a commit deletes only such names: a file the index did
+# not write is never its to delete.
+_OWN_PART = re.compile(r"p\d{6}-[0-9a-f]{8}(\.part)?")
+_OWN_VECTORS = re.compile(r"[a-z_]{1,32}\.[0-9a-f]{16}\.bin")
+
+
 def _remove_unlisted_vectors(path: Path, vectors: dict[str, dict]) -> None:
     folder = path / "vectors"
     if not folder.is_dir():
         return
     listed = {v["file"] for v in vectors.values()}
     for entry in folder.iterdir():
-        if entry.name not in listed:
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        if entry.name not in listed and _OWN_VECTORS.fullmatch(entry.name) and not entry.is_symlink():
+            entry.unlink(missing_ok=True)
 
 
 def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
@@ -1654,7 +1676,7 @@ def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:
     if not folder.is_dir():
         return
     for entry in folder.iterdir():
-        if entry.name not in parts:
+        if entry.name not in parts and _OWN_PART.fullmatch(entry.name) and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
     for stale in path.glob(".manifest.json.tmp-*"):
         stale.unlink(missing_ok=True)
