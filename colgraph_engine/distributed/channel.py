@@ -10,30 +10,127 @@ round in 0.09-0.14 ms. Ray keeps everything else: it starts, places, restarts an
 actors, and carries writes, rebalancing moves and every large transfer (rows as bytes go through
 its object store, uncopied).
 
-**Server** (:class:`ChannelServer`, in the actor): a listener thread and one thread per
-connection; a request ``(method, args)`` names a method of the served object from an allowed
-set and is answered ``("ok", result)`` or ``("error", exception)``. Calls run under the served
-object's lock, so they never interleave with the Ray calls the actor's main thread runs.
+**Server** (:class:`ChannelServer`, in the actor): a listener thread that only accepts, and one
+thread per connection, which first runs the HMAC handshake (the same challenge as
+:class:`multiprocessing.connection.Listener` with an ``authkey``, so plain ``Client`` peers work)
+under a deadline (:data:`HANDSHAKE_TIMEOUT_S`) and then serves. The handshake is off the listener
+thread and bounded in time so that one peer which connects and stays silent cannot stall every
+later client; at most :data:`MAX_HANDSHAKES` connections may be in handshake at once (beyond that
+a new connection is closed at once), so a flood of silent peers cannot exhaust threads. A request
+``(method, args)`` names a method of the served object from an allowed set and is answered
+``("ok", result)`` or ``("error", exception)``. Calls run under the served object's lock, so
+they never interleave with the Ray calls the actor's main thread runs.
 Waiting threads block in ``recv``: an idle connection costs no CPU (Ray's compiled graphs, the
 other way to cut the call cost, poll their channels: about one core per idle actor here, which a
 2-core machine cannot spare).
 
-**Client** (:class:`Channels`, in the driver): one connection per shard. :meth:`Channels.call_many`
-sends every request first and then reads every answer, so each connection stays in step even when
-an answer is an error (which is raised after all answers are in). A connection that breaks or
+**Client** (:class:`Channels`, in the driver): one connection per shard, connected and
+authenticated within a timeout (a shard that does not complete it in time is treated as
+unreachable: its calls go through Ray). :meth:`Channels.call_many` sends every request first
+and then reads every answer, so each connection stays in step even when an answer is an error
+(which is raised after all answers are in). A connection that breaks or
 does not answer within the timeout is closed (a late answer would otherwise be read as the next
 call's) and reported as :class:`~.corpus.ShardUnavailableError` naming the shard.
 """
 from __future__ import annotations
 
 import logging
+import math
+import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 log = logging.getLogger("colgraph_engine")
+
+HANDSHAKE_TIMEOUT_S = 5.0
+"""Seconds a peer has to connect and complete the HMAC handshake (server and client default)."""
+MAX_HANDSHAKES = 64
+"""Connections a server keeps in handshake at once; beyond that a new connection is closed."""
+
+
+def _check_timeout(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: expected a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+class _Deadline:
+    """Shuts `conn`'s socket down after `seconds` unless :meth:`cancel` comes first.
+
+    A :class:`Connection` reads with ``os.read`` on its descriptor, so socket timeouts do not
+    apply to it; shutting the socket down (through a duplicate of the descriptor) wakes a read
+    blocked on it with end of file. The lock makes expiry and cancel exclusive, so the socket is
+    never touched after the caller has moved on (and may have closed it)."""
+
+    def __init__(self, conn: Connection, seconds: float):
+        self._conn, self._lock, self._done, self.expired = conn, threading.Lock(), False, False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon, self._timer.name = True, "colgraph-channel-deadline"
+        self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            try:
+                with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError as exc:  # already closed by the peer, or no descriptor left to dup
+                log.debug("colgraph_engine: channel handshake deadline: shutdown failed (%r)", exc)
+
+    def cancel(self) -> bool:
+        """Stops the timer; returns whether it had already fired."""
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+        return self.expired
+
+
+def _handshake(conn: Connection, authkey: bytes, timeout: float, *, server: bool) -> None:
+    """The HMAC challenge both ways (the order of ``Listener.accept`` on the server and of
+    ``Client`` on the client), given up after `timeout` seconds as :class:`TimeoutError`. A peer
+    that closes meanwhile raises :class:`ConnectionError`; a wrong key raises
+    :class:`multiprocessing.AuthenticationError`."""
+    steps = (deliver_challenge, answer_challenge) if server else (answer_challenge, deliver_challenge)
+    deadline = _Deadline(conn, timeout)
+    cause = None
+    try:
+        for step in steps:
+            step(conn, authkey)
+    except (EOFError, OSError) as exc:
+        cause = exc
+    finally:
+        expired = deadline.cancel()
+    if expired:  # even when the steps passed: the socket is shut down now
+        raise TimeoutError(f"handshake not completed within {timeout} s") from cause
+    if cause is not None:
+        raise ConnectionError(f"connection closed during the handshake ({cause!r})") from cause
+
+
+def _dial(address, authkey: bytes, timeout: float) -> Connection:
+    """A connection to a :class:`ChannelServer` at `address`, connected and authenticated within
+    `timeout` seconds in all (else :class:`TimeoutError`)."""
+    start = time.monotonic()
+    with socket.create_connection(tuple(address), timeout=timeout) as sock:
+        sock.setblocking(True)  # Connection does blocking os.read/os.write on the descriptor
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # see ChannelServer._admit
+        conn = Connection(sock.detach())
+    try:
+        left = timeout - (time.monotonic() - start)
+        if left <= 0:
+            raise TimeoutError(f"connect took longer than {timeout} s")
+        _handshake(conn, authkey, left, server=False)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 class ChannelServer:
@@ -45,24 +142,78 @@ class ChannelServer:
         methods: the names a request may call.
         authkey: the shared key (HMAC challenge on connect; a peer without it is refused).
         host: the address to listen on (the actor's node address).
+        handshake_timeout: seconds a new connection has to complete the challenge before it is
+            closed.
+        max_handshakes: connections allowed in handshake at once; more are closed on arrival.
     """
 
-    def __init__(self, target, methods: Iterable[str], authkey: bytes, host: str):
-        self.target, self.methods = target, frozenset(methods)
-        self.listener = Listener((host, 0), authkey=authkey)
-        self.address = self.listener.address
+    def __init__(self, target, methods: Iterable[str], authkey: bytes, host: str, *,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT_S, max_handshakes: int = MAX_HANDSHAKES):
+        if not isinstance(authkey, bytes):
+            raise TypeError(f"authkey: expected bytes, got {type(authkey).__name__}")
+        self.handshake_timeout = _check_timeout("handshake_timeout", handshake_timeout)
+        if isinstance(max_handshakes, bool) or not isinstance(max_handshakes, int):
+            raise TypeError(f"max_handshakes: expected an int, got {type(max_handshakes).__name__}")
+        if max_handshakes < 1:
+            raise ValueError(f"max_handshakes: expected at least 1, got {max_handshakes}")
+        self.max_handshakes = max_handshakes
+        self.target, self.methods, self._authkey = target, frozenset(methods), authkey
+        self._sock = socket.create_server((host, 0), family=socket.AF_INET)
+        self.address = self._sock.getsockname()[:2]
         self._closed = False
+        self._pending, self._pending_lock = 0, threading.Lock()
         threading.Thread(target=self._accept, name="colgraph-channel-accept", daemon=True).start()
 
     def _accept(self) -> None:
+        """Accepts only: every handshake runs on its connection's own thread."""
         while True:
             try:
-                conn = self.listener.accept()
-            except Exception:  # noqa: BLE001 - closed (stop), or a peer that failed the challenge (go on)
+                sock, peer = self._sock.accept()
+            except OSError as exc:
                 if self._closed:
                     return
+                log.debug("colgraph_engine: channel accept failed (%r)", exc)
+                time.sleep(0.01)  # e.g. out of descriptors: do not spin
                 continue
-            threading.Thread(target=self._serve, args=(conn,), name="colgraph-channel", daemon=True).start()
+            with self._pending_lock:
+                admit = self._pending < self.max_handshakes
+                self._pending += admit
+            if not admit:
+                log.debug("colgraph_engine: channel peer %s closed: %d handshakes pending", peer, self.max_handshakes)
+                sock.close()
+                continue
+            try:
+                threading.Thread(target=self._admit, args=(sock, peer), name="colgraph-channel", daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had
+                log.debug("colgraph_engine: channel peer %s closed: %r", peer, exc)
+                self._handshake_done()
+                sock.close()
+
+    def _handshake_done(self) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+
+    def _admit(self, sock: socket.socket, peer) -> None:
+        """The handshake (within :attr:`handshake_timeout`), then serving; a failure only closes
+        this connection."""
+        conn = None
+        try:
+            sock.setblocking(True)  # Connection does blocking os.read/os.write on the descriptor
+            # small messages go out at once: without it the client's last handshake message and
+            # its first request, written back to back, wait for a delayed ACK (~40 ms)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(sock.detach())
+            _handshake(conn, self._authkey, self.handshake_timeout, server=True)
+        except Exception as exc:  # noqa: BLE001 - wrong key, garbage, silence, a closed peer
+            log.debug("colgraph_engine: channel peer %s refused (%r)", peer, exc)
+            if conn is None:
+                sock.close()
+            else:
+                conn.close()
+            return
+        finally:
+            self._handshake_done()
+        self._serve(conn)
 
     def _serve(self, conn: Connection) -> None:
         with conn:
@@ -87,7 +238,11 @@ class ChannelServer:
 
     def close(self) -> None:
         self._closed = True
-        self.listener.close()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (Linux)
+        except OSError:
+            pass
+        self._sock.close()
 
 
 class Channels:
@@ -98,22 +253,27 @@ class Channels:
         connect: ``callable(shard) -> (address, authkey) | None``.
         unavailable: ``callable(shard, cause) -> Exception`` the error raised for a shard whose
             connection broke or timed out.
+        connect_timeout: seconds to connect to a shard and complete the handshake; a shard
+            that takes longer is treated as unreachable (its calls go through Ray).
     """
 
-    def __init__(self, connect: Callable[[int], tuple | None], unavailable: Callable[[int, BaseException], Exception]):
+    def __init__(self, connect: Callable[[int], tuple | None], unavailable: Callable[[int, BaseException], Exception],
+                 connect_timeout: float = HANDSHAKE_TIMEOUT_S):
         self._connect, self._unavailable = connect, unavailable
+        self.connect_timeout = _check_timeout("connect_timeout", connect_timeout)
         self._conns: dict[int, Connection | None] = {}
 
     def has(self, shard: int) -> bool:
         """Whether calls to `shard` go over a connection (connecting now if not tried yet; a
-        shard whose address cannot be reached from here falls back to Ray calls)."""
+        shard whose address cannot be reached from here, or that does not complete the
+        handshake within :attr:`connect_timeout`, falls back to Ray calls)."""
         if shard not in self._conns:
             conn = None
             try:
                 got = self._connect(shard)
                 if got is not None:
-                    conn = Client(got[0], authkey=got[1])
-            except OSError as exc:  # e.g. the actor's node is not reachable from the driver
+                    conn = _dial(got[0], got[1], self.connect_timeout)
+            except OSError as exc:  # unreachable node, refused, closed or silent in the handshake
                 log.warning("colgraph_engine: no direct connection to shard %d (%s); using Ray calls", shard, exc)
             self._conns[shard] = conn
         return self._conns[shard] is not None
@@ -176,4 +336,4 @@ def new_key() -> bytes:
     return secrets.token_bytes(32)
 
 
-__all__ = ["ChannelServer", "Channels", "new_key"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "MAX_HANDSHAKES", "ChannelServer", "Channels", "new_key"]
