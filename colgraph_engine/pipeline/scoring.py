@@ -28,7 +28,8 @@ def score_all(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, ranker: str, f
     if ranker == "maxsim":
         # store values were checked finite when added, queries when encoded (Encoder): skip the re-check
         return ops.maxsim(as_store_dtype(qv, store), qo.to(store.device), xv, xo, assume_finite=True).cpu()
-    return ops.pooled_scores(qv.float(), qo, xv.float(), xo).cpu()
+    qp = reference.pooled_vectors(qv.float().to(store.device), qo.to(store.device))  # [Nq, d]
+    return (qp @ store.pooled[first:last].T).cpu()
 
 
 def score_pairs(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, cand_offsets: np.ndarray,
@@ -41,18 +42,10 @@ def score_pairs(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, cand_offsets
     if ranker == "maxsim":
         return ops.maxsim_candidates(as_store_dtype(qv, store), qo.to(store.device), store.values, store.offsets,
                                      co.to(store.device), ci.to(store.device), assume_finite=True).cpu().numpy()
-    # pooled: pool the queries and only the listed items (never the whole store)
+    # pooled: the store's pooled vectors are computed once per snapshot (Vectors.pooled)
     uniq, inv = np.unique(cand_slots, return_inverse=True)
-    u = torch.from_numpy(uniq)
-    off = store.offsets.cpu()
-    starts, lengths = off[u], off[u + 1] - off[u]
-    owner = torch.repeat_interleave(torch.arange(u.numel()), lengths)
-    first = torch.repeat_interleave(starts - torch.cumsum(lengths, 0) + lengths, lengths)
-    rows = store.values.cpu()[first + torch.arange(owner.numel())].float()
-    xo = torch.zeros(u.numel() + 1, dtype=torch.int64)
-    torch.cumsum(lengths, 0, out=xo[1:])
     qp = reference.pooled_vectors(qv.float().cpu(), qo.cpu())            # [Nq, d]
-    xp = reference.pooled_vectors(rows, xo)                              # [U, d]
+    xp = store.pooled[torch.from_numpy(uniq).to(store.device)].cpu()      # [U, d]
     pair_owner = torch.from_numpy(np.repeat(np.arange(cand_offsets.size - 1), np.diff(cand_offsets)))
     return (qp[pair_owner] * xp[torch.from_numpy(inv.reshape(-1))]).sum(1).numpy()
 

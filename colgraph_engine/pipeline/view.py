@@ -56,6 +56,16 @@ class Vectors:
         return cls(*(t.to(device) for t in (snap.values, snap.offsets, snap.ids, snap.alive)))
 
     n_slots = property(lambda self: int(self.ids.numel()))
+
+    @cached_property
+    def pooled(self) -> torch.Tensor:
+        """``[N, d]`` float32 pooled vector of every slot (``normalize(mean_j normalize(x_j))``,
+        :func:`~colgraph_engine.ops.reference.pooled_vectors`), on the store's device. Pooled once
+        per snapshot: the pooled ranker scores against these rather than re-pooling the store's
+        tokens on every call."""
+        from ..ops import reference
+        return reference.pooled_vectors(self.values, self.offsets)
+
     dtype = property(lambda self: self.values.dtype)
     device = property(lambda self: self.values.device)
     dim = property(lambda self: int(self.values.shape[1]))
