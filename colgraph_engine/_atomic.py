@@ -37,6 +37,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -45,6 +46,14 @@ from pathlib import Path
 _TMP_TAG = ".tmp-"
 _BACKUP_TAG = ".old-"
 _JOURNAL_TAG = ".journal"
+
+
+def own_names(pattern: str) -> re.Pattern:
+    """A regex matching names of `pattern` and the temporaries, backups and journals that
+    :func:`write_directory` (and the hidden ``.<name>.tmp-<tag>`` files of atomic file writes)
+    makes beside them: what a cleanup may delete as its own writer's, and nothing else."""
+    tags = "|".join(re.escape(t) for t in (_TMP_TAG, _BACKUP_TAG, _JOURNAL_TAG))
+    return re.compile(rf"(?:{pattern})|\.(?:{pattern})(?:{tags})[A-Za-z0-9._-]*")
 
 
 def fsync_file(path: Path) -> None:

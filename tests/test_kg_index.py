@@ -321,7 +321,7 @@ def test_a_killed_writer_leaves_an_orphan_part_that_is_ignored_then_removed(tmp_
     idx.add_documents(small_docs()[:1])
     parts = tmp_path / "idx" / "parts"
     (only,) = list(parts.iterdir())
-    shutil.copyfile(only, parts / "p999999-orphan.part")             # written, never committed
+    shutil.copyfile(only, parts / "p999999-0badc0de.part")             # written, never committed
     (tmp_path / "idx" / ".manifest.json.tmp-dead").write_text("{")   # a half-written manifest
     back = KnowledgeIndex.open(tmp_path / "idx", ENC)
     assert back.documents == ["fuji"]

@@ -245,7 +245,7 @@ def test_a_failed_commit_keeps_the_previous_generation_and_the_next_writer_clean
     for f in (path / "vectors").iterdir():
         with open(f, "ab") as fh:
             fh.write(os.urandom(4 * 32 * 3))
-    shutil.copyfile(next((path / "parts").iterdir()), path / "parts" / "p999999-orphan.part")
+    shutil.copyfile(next((path / "parts").iterdir()), path / "parts" / "p999999-0badc0de.part")
     back = KnowledgeIndex.open(path, ENC)             # readers ignore both
     assert_same_index(back, idx)
     back.add_documents(small_docs()[2:])               # the next writer cuts the tails and removes the part

@@ -1657,8 +1657,8 @@ def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int, h=None) -
 # What the index itself writes into parts/ and vectors/ (see _write_part, _new_vector_files; folder
 # parts are versions 1 and 2). Cleanup after a commit deletes only such names: a file the index did
 # not write is never its to delete.
-_OWN_PART = re.compile(r"p\d{6}-[0-9a-f]{8}(\.part)?")
-_OWN_VECTORS = re.compile(r"[a-z_]{1,32}\.[0-9a-f]{16}\.bin")
+_OWN_PART = _atomic.own_names(r"p\d{6}-[0-9a-f]{8}(?:\.part)?")
+_OWN_VECTORS = _atomic.own_names(r"[a-z_]{1,32}\.[0-9a-f]{16}\.bin")
 
 
 def _remove_unlisted_vectors(path: Path, vectors: dict[str, dict]) -> None:
@@ -1668,7 +1668,7 @@ def _remove_unlisted_vectors(path: Path, vectors: dict[str, dict]) -> None:
     listed = {v["file"] for v in vectors.values()}
     for entry in folder.iterdir():
         if entry.name not in listed and _OWN_VECTORS.fullmatch(entry.name) and not entry.is_symlink():
-            entry.unlink(missing_ok=True)
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def _remove_unlisted_parts(path: Path, parts: dict[str, str]) -> None:

@@ -92,7 +92,8 @@ COMPACT_RATIO = 1.0  # pieces may hold at most this many items (added + deleted)
 _BOOKKEEPING = ("added_sq_sum", "added_tokens", "next_id")  # an entry with pieces holds the current ones
 _MAX_UID = 1 << 63
 _FOLDER_NAME = re.compile(r"([a-z_]{1,32})\.[0-9a-f]{8,32}")
-_PIECE_NAME = re.compile(r"[a-z_]{1,32}\.[0-9a-f]{16}" + re.escape(_pieces.SUFFIX))
+_OWN_FOLDER = _atomic.own_names(_FOLDER_NAME.pattern)
+_OWN_PIECE = _atomic.own_names(r"[a-z_]{1,32}\.[0-9a-f]{16}" + re.escape(_pieces.SUFFIX))
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 log = logging.getLogger("colgraph_engine")
@@ -362,10 +363,8 @@ def remove_unlisted(index_path: Path, files: dict[str, dict]) -> None:
     for entry in parent.iterdir():
         if entry.name in listed or entry.is_symlink():
             continue
-        if entry.is_dir() and _FOLDER_NAME.fullmatch(entry.name):
-            shutil.rmtree(entry, ignore_errors=True)
-        elif entry.is_file() and _PIECE_NAME.fullmatch(entry.name):
-            entry.unlink(missing_ok=True)
+        if _OWN_FOLDER.fullmatch(entry.name) or _OWN_PIECE.fullmatch(entry.name):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def load(index_path: Path, store_name: str, entry: dict, store, settings: PrefilterSettings, *, verify: bool):
