@@ -13,8 +13,12 @@ Status codes: 200; 401 missing or wrong bearer token (when one is set); 404 unkn
 route; 405 wrong method; 409 another process holds the index's writer lock, or the index is
 read-only; 413 body over its limit; 422 every invalid input (schema, config value, question,
 image, file name, asking for an answer without a generator, uploads none of which could be
-added), with a message naming the field; 429 queue (or writer queue) full, with Retry-After;
-503 shutting down, with Retry-After; 500 an unexpected failure of that query only.
+added, images of one request over ``max_request_pixels`` in all), with a message naming the
+field; 429 queue (or writer queue) full, with Retry-After; 503 shutting down, with Retry-After;
+507 the disk (or quota) is full while writing an upload or a removal, the index unchanged
+(``{"detail": ...}`` names what was being written, relative to the index's parent folder, and the
+space free); 500 an unexpected failure of that query only. No answer names an absolute server
+path (``/info`` gives the index folder's name).
 
 CORS is off unless origins are given. Writes go through :class:`~.writer.IndexWriter`; queries
 through :class:`~.batcher.DynamicBatcher` over :class:`~.state.IndexState`'s current snapshot.
@@ -50,7 +54,7 @@ from .metrics import CONTENT_TYPE, ServiceMetrics
 from .models import (SERVICE_CAPS, BatchQueryRequest, BatchQueryResponse, ConfigOverrides, DocumentsResponse,
                      ErrorResponse, HealthResponse, QueryRequest, QueryResponse, RemovedResponse)
 from .state import IndexState
-from .writer import IndexWriter, ReadOnly, WriterBusy
+from .writer import DiskFull, IndexWriter, ReadOnly, WriterBusy
 
 MiB = 1 << 20
 log = logging.getLogger("colgraph_engine")
@@ -70,7 +74,14 @@ class ServiceConfig:
     Limits: ``max_query_bytes`` per query request body (base64 images included),
     ``max_upload_bytes`` per ``POST /documents`` body, ``max_batch_queries`` questions per batch
     request, ``max_upload_files`` files per upload, ``max_image_pixels`` per query image,
-    ``max_pending_writes`` index changes waiting. ``retry_after_s``: the Retry-After of a 429/503.
+    ``max_request_pixels`` over all the images of one request (50M, ours: two images at the
+    per-image cap; checked from the image headers before any pixel is decoded. Blank PNGs of
+    24 KB decode to 25M pixels each, so the body limit alone let one batch request hold 64 of
+    them; serving a query image costs far more than its 3 bytes per pixel (decoding, the
+    pipeline's copy, the encoder's float32 tensors): 2 such images, 50M pixels, grew the
+    server's peak RSS by 1.16 GB with the offline encoders, 8 by 2.23 GB, in
+    benchmarks/reliability_service.py), ``max_pending_writes`` index changes waiting.
+    ``retry_after_s``: the Retry-After of a 429/503.
     ``token``: bearer token required by every route but ``/health`` (None: open).
     ``reload_interval_s``: how often the index directory is checked for commits made by other
     processes (one ``stat`` of the manifest), which are then served; 0 turns it off.
@@ -84,6 +95,7 @@ class ServiceConfig:
     max_batch_queries: int = 64
     max_upload_files: int = 64
     max_image_pixels: int = 25_000_000
+    max_request_pixels: int = 50_000_000
     max_pending_writes: int = 8
     retry_after_s: int = 1
     reload_interval_s: float = 2.0
@@ -92,7 +104,8 @@ class ServiceConfig:
 
     def __post_init__(self):
         for name in ("max_batch", "queue_size", "max_query_bytes", "max_upload_bytes", "max_batch_queries",
-                     "max_upload_files", "max_image_pixels", "max_pending_writes", "retry_after_s"):
+                     "max_upload_files", "max_image_pixels", "max_request_pixels", "max_pending_writes",
+                     "retry_after_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
@@ -166,34 +179,72 @@ def answer_bytes(a: Answered) -> bytes:
     return body + b',"batch":' + batch + b"}"
 
 
-def decode_image(data: bytes, what: str, max_pixels: int) -> np.ndarray:
-    """``[H, W, 3]`` uint8 pixels of an encoded image (422 naming `what` when it cannot be read)."""
+class PixelBudget:
+    """The pixels the images of one request may hold in all (``max_request_pixels``), counted
+    from their headers as they are opened, so a request over it is refused before any decoding."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+
+    def take(self, w: int, h: int, what: str) -> None:
+        self.used += w * h
+        if self.used > self.limit:
+            raise HTTPException(422, f"{what}: the request's images hold {self.used} pixels with this one ({w}x{h}); "
+                                     f"expected at most {self.limit} in all (max_request_pixels)")
+
+
+def open_image(data: bytes, what: str, max_pixels: int, budget: PixelBudget | None = None):
+    """The PIL image of encoded bytes with only its header read (``Image.open`` decodes no
+    pixels): size checked against `max_pixels` and taken from `budget` (422 naming `what`)."""
     from PIL import Image, UnidentifiedImageError
 
     if not data:
         raise HTTPException(422, f"{what}: the image is empty")
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            w, h = im.size
-            if w * h > max_pixels:
-                raise HTTPException(422, f"{what}: expected at most {max_pixels} pixels, got {w}x{h}")
-            return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    except HTTPException:
-        raise
+        im = Image.open(io.BytesIO(data))
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise HTTPException(422, f"{what}: cannot read the image ({exc})") from None
+    w, h = im.size
+    try:
+        if w * h > max_pixels:
+            raise HTTPException(422, f"{what}: expected at most {max_pixels} pixels, got {w}x{h}")
+        if budget is not None:
+            budget.take(w, h, what)
+    except HTTPException:
+        im.close()
+        raise
+    return im
+
+
+def image_pixels(im, what: str) -> np.ndarray:
+    """``[H, W, 3]`` uint8 pixels of an image from :func:`open_image` (decoded now, then closed)."""
+    from PIL import Image
+
+    try:
+        with im:
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise HTTPException(422, f"{what}: cannot read the image ({exc})") from None
 
 
-def decode_base64_image(text: str, what: str, max_pixels: int) -> np.ndarray:
+def decode_image(data: bytes, what: str, max_pixels: int, budget: PixelBudget | None = None) -> np.ndarray:
+    """``[H, W, 3]`` uint8 pixels of an encoded image (422 naming `what` when it cannot be read)."""
+    return image_pixels(open_image(data, what, max_pixels, budget), what)
+
+
+def base64_bytes(text: str, what: str) -> bytes:
     if text.startswith("data:"):
         head, sep, text = text.partition(",")
         if not sep or not head.endswith(";base64"):
             raise HTTPException(422, f"{what}: expected a base64 data URL (data:image/...;base64,...)")
     try:
-        data = base64.b64decode(text, validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise HTTPException(422, f"{what}: not valid base64") from None
-    return decode_image(data, what, max_pixels)
+
+
+def decode_base64_image(text: str, what: str, max_pixels: int, budget: PixelBudget | None = None) -> np.ndarray:
+    return decode_image(base64_bytes(text, what), what, max_pixels, budget)
 
 
 def _validation_message(exc: ValidationError | RequestValidationError, prefix: str = "") -> list[dict]:
@@ -243,6 +294,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
     @asynccontextmanager
     async def lifespan(app):
         await batcher.start()
+        await writer.start()  # sweeps orphan upload folders before the first change
         watcher = asyncio.get_running_loop().create_task(watch_directory()) \
             if service.reload_interval_s > 0 and state.writable else None
         try:
@@ -270,6 +322,11 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
     async def _invalid(request: Request, exc: RequestValidationError):
         return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
 
+    @app.exception_handler(DiskFull)
+    async def _disk_full(request: Request, exc: DiskFull):
+        # 507 Insufficient Storage: the server could not store what the request needs stored
+        return JSONResponse({"detail": str(exc)}, status_code=507)
+
     def config_for(overrides, answer: bool, what: str) -> PipelineConfig:
         changes = {} if overrides is None else overrides.model_dump(exclude_none=True)
         if answer and state.generator is None:
@@ -285,10 +342,35 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         except (TypeError, ValueError) as exc:
             raise HTTPException(422, f"{what}{exc}") from None
 
-    def prepare(req: QueryRequest, what: str = "") -> tuple[Query, PipelineConfig]:
-        image = None if req.image_base64 is None else decode_base64_image(
-            req.image_base64, f"{what}image_base64", service.max_image_pixels)
+    def open_request_images(reqs, whats: list[str]) -> list:
+        """Every query image of one request opened (headers only) against the request's pixel
+        budget: a request over it is refused before any image is decoded."""
+        budget = PixelBudget(service.max_request_pixels)
+        opened = []
+        try:
+            for req, what in zip(reqs, whats):
+                opened.append(None if req.image_base64 is None else open_image(
+                    base64_bytes(req.image_base64, f"{what}image_base64"), f"{what}image_base64",
+                    service.max_image_pixels, budget))
+        except BaseException:
+            for im in opened:
+                if im is not None:
+                    im.close()
+            raise
+        return opened
+
+    def prepare(req: QueryRequest, im, what: str = "") -> tuple[Query, PipelineConfig]:
+        image = None if im is None else image_pixels(im, f"{what}image_base64")
         return make_query(req.question, req.caption, image, what), config_for(req.config, req.answer, what)
+
+    def prepare_all(reqs, whats: list[str]) -> list[tuple[Query, PipelineConfig]]:
+        opened = open_request_images(reqs, whats)
+        try:
+            return [prepare(r, im, what) for r, im, what in zip(reqs, opened, whats)]
+        finally:
+            for im in opened:  # those not decoded (a query before them was refused)
+                if im is not None:
+                    im.close()
 
     def refuse(exc: Exception):
         if isinstance(exc, QueueFull):
@@ -321,7 +403,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
     @app.post("/query", response_model=QueryResponse, responses=errors, tags=["query"])
     async def query(req: QueryRequest):
         """Runs one question through the pipeline (batched with concurrent requests)."""
-        q, cfg = prepare(req)
+        [(q, cfg)] = prepare_all([req], [""])
         return await answer_one(q, cfg)
 
     @app.post("/query/form", response_model=QueryResponse, responses=errors, tags=["query"])
@@ -337,7 +419,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
                 raise HTTPException(422, _validation_message(exc, "config")) from None
         pixels = None
         if image is not None:
-            pixels = decode_image(await image.read(), "image", service.max_image_pixels)
+            pixels = decode_image(await image.read(), "image", service.max_image_pixels,
+                                  PixelBudget(service.max_request_pixels))
         q = make_query(question, caption, pixels, "")
         cfg = config_for(overrides, answer, "")
         return await answer_one(q, cfg)
@@ -348,7 +431,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         that fails at run time gets its own status and error; the others their results."""
         if len(req.queries) > service.max_batch_queries:
             raise HTTPException(422, f"queries: expected at most {service.max_batch_queries}, got {len(req.queries)}")
-        prepared = [prepare(r, f"queries[{i}].") for i, r in enumerate(req.queries)]
+        prepared = prepare_all(req.queries, [f"queries[{i}]." for i in range(len(req.queries))])
         try:
             futures = batcher.enqueue(prepared)
         except (QueueFull, ShuttingDown) as exc:
@@ -363,8 +446,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         return Response(b'{"results":[' + b",".join(items) + b"]}", media_type="application/json")
 
     # -- documents --------------------------------------------------------------------------
-    @app.post("/documents", response_model=DocumentsResponse, responses={**errors, 409: {"model": ErrorResponse}},
-              tags=["documents"])
+    @app.post("/documents", response_model=DocumentsResponse,
+              responses={**errors, 409: {"model": ErrorResponse}, 507: {"model": ErrorResponse}}, tags=["documents"])
     async def add_documents(files: list[UploadFile] = File(..., description="document files and their sidecars")):
         """Ingests the uploaded files (document id = file name) through the index's one writer;
         queries keep running on the previous generation until the new one is published."""
@@ -398,8 +481,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         return Response(json_bytes(body), media_type="application/json")
 
     @app.delete("/documents/{doc_id:path}", response_model=RemovedResponse,
-                responses={**errors, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
-                tags=["documents"])
+                responses={**errors, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse},
+                           507: {"model": ErrorResponse}}, tags=["documents"])
     async def remove_document(doc_id: str):
         """Removes a document (its nodes, edges, aliases and vectors) through the index's one writer."""
         if doc_id not in state.snapshot.index and (state._writer_index is None or doc_id not in state._writer_index):
@@ -430,7 +513,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         snap = state.snapshot
         b = backends()
         return Response(json_bytes({
-            "index": {"path": None if state.path is None else str(state.path), "generation": snap.generation,
+            # the folder's name only: an answer never shows the server's layout (absolute paths)
+            "index": {"name": None if state.path is None else state.path.name, "generation": snap.generation,
                       "counts": snap.index.counts, "writable": state.writable},
             "encoders": state.encoders.describe(),
             "backends": {k: v for k, v in b.items() if k in ("native", "igraph_version", "cpu_isa_float32",
@@ -467,4 +551,4 @@ def _publish_index_metrics(metrics: ServiceMetrics, state: IndexState) -> None:
     metrics.generation.set(snap.generation)
 
 
-__all__ = ["ServiceConfig", "create_app", "json_bytes"]
+__all__ = ["PixelBudget", "ServiceConfig", "create_app", "decode_image", "json_bytes"]
