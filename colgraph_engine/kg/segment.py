@@ -10,12 +10,21 @@ word; pass a model tokenizer's counter for exact budgets), so splits fall on wor
 A segment's text is its words joined by single spaces, except that paragraph breaks (blank lines
 inside a section, and the boundary between merged sections) stay as one blank line: a heading
 such as "The Alps" must not run into the sentence after it.
+
+Memory: a section's words are read in pieces of about :data:`PIECE_CHARS` characters cut at
+whitespace, and a section longer than ``max_tokens`` is split as its words stream by, so that
+segmenting holds about one segment's words at a time however long the section (a 50 MB
+one-line Markdown file is one section). Sections with images are kept whole, so their words are
+all held (they are page- or paragraph-sized in practice).
 """
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+PIECE_CHARS = 1 << 16  # characters of a section split into words at once (ours: bounds memory)
 
 
 @dataclass(frozen=True)
@@ -79,16 +88,69 @@ _BREAK = "\n\n"  # a paragraph break among the words (costs no token); compared 
 _PARAGRAPHS = re.compile(r"\n[^\S\n]*\n\s*")
 
 
+_SPACE = re.compile(r"\s")
+
+
+def _iter_words(text: str) -> Iterator[str]:
+    """The words of `text` (``str.split``) with :data:`_BREAK` between paragraphs (blank-line
+    separated), lazily: paragraphs are found one at a time and split in pieces of about
+    :data:`PIECE_CHARS` characters cut at whitespace, so no list of all words is built."""
+    emitted = False
+    start = 0
+    bounds = itertools.chain(((m.start(), m.end()) for m in _PARAGRAPHS.finditer(text)), ((len(text), len(text)),))
+    for end, next_start in bounds:
+        first = True
+        pos = start
+        while pos < end:
+            stop = min(pos + PIECE_CHARS, end)
+            if stop < end:
+                m = _SPACE.search(text, stop, end)  # never cut a word
+                stop = m.start() if m else end
+            ws = text[pos:stop].split()
+            if ws:
+                if first and emitted:
+                    yield _BREAK
+                first, emitted = False, True
+                yield from ws
+            pos = stop
+        start = next_start
+
+
 def _words(text: str) -> list[str]:
     """Words of `text` with :data:`_BREAK` between paragraphs (blank-line separated)."""
-    out: list[str] = []
-    for para in _PARAGRAPHS.split(text):
-        ws = para.split()
-        if ws:
-            if out:
-                out.append(_BREAK)
-            out.extend(ws)
-    return out
+    return list(_iter_words(text))
+
+
+def _split_stream(items: Iterator[tuple[str, int]], max_tokens: int, overlap: int) -> Iterator[list[tuple[str, int]]]:
+    """:func:`_split_words` over a stream of ``(word, cost)``: yields the same ranges, as lists,
+    while holding only the words of the current range (plus the one that did not fit)."""
+    window: list[tuple[str, int]] = []  # words from the current range start on
+    exhausted = False
+    while True:
+        b, total = 0, 0
+        while True:
+            if b == len(window):
+                item = next(items, None)
+                if item is None:
+                    exhausted = True
+                    break
+                window.append(item)
+            c = window[b][1]
+            if total + c <= max_tokens or b == 0:
+                total += c
+                b += 1
+            else:
+                break
+        if b == 0:
+            return
+        yield window[:b]
+        if exhausted and b == len(window):
+            return
+        back, shared = b, 0  # as _split_words: step back over at most `overlap` tokens
+        while back - 1 > 0 and shared + window[back - 1][1] <= overlap:
+            back -= 1
+            shared += window[back][1]
+        window = window[back:]
 
 
 def _join(words: list[str]) -> str:
@@ -119,9 +181,14 @@ def segment_sections(sections: Sequence[Section | str], *, max_tokens: int = 120
             buf.clear()
 
     for i, s in enumerate(secs):
-        words = _words(s.text)
-        costs = [0 if w is _BREAK else int(cost(w)) for w in words]
-        total = sum(costs)
+        stream = ((w, 0 if w is _BREAK else int(cost(w))) for w in _iter_words(s.text))
+        head, total = [], 0  # the section's words while it may still fit in max_tokens
+        for item in stream:
+            head.append(item)
+            total += item[1]
+            if total > max_tokens and not s.images:
+                break  # a long section: split it as its words stream by
+        words, costs = [w for w, _ in head], [c for _, c in head]
         if s.images:
             flush()
             out.append(Segment(_join(words), tuple(s.images), (i, i), total))
@@ -129,8 +196,9 @@ def segment_sections(sections: Sequence[Section | str], *, max_tokens: int = 120
             continue
         elif total > max_tokens:
             flush()
-            for part, (a, b) in enumerate(_split_words(words, costs, max_tokens, overlap_tokens)):
-                out.append(Segment(_join(words[a:b]), (), (i, i), sum(costs[a:b]), part))
+            del words, costs
+            for part, piece in enumerate(_split_stream(itertools.chain(head, stream), max_tokens, overlap_tokens)):
+                out.append(Segment(_join([w for w, _ in piece]), (), (i, i), sum(c for _, c in piece), part))
         else:
             if buf and sum(c for _, _, cs in buf for c in cs) + total > max_tokens:
                 flush()

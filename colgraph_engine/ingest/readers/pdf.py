@@ -20,8 +20,18 @@ clean-up and OCR contract as the evaluation loaders). What this module adds:
 * ``sections="pages"``: one section per page, exactly as ``benchmarks/pipeline_quality.py``'s
   ``page_document`` builds it (text whitespace-joined, the page image ``page-<n>`` captioned with
   that text); page-level retrieval reads pages back from these images.
-* **Page images** (``render_pages``): ``page-<n>`` (1-based), a PIL RGB image at ``scale``
-  (1.0 = 72 dpi), captioned with the page text, placed in the page's first section.
+* **Page images** (``render_pages``): ``page-<n>`` (1-based), the page rendered at ``scale``
+  (1.0 = 72 dpi), captioned with the page text, placed in the page's first section. A page over
+  the pixel budget ``max_page_pixels`` (default :data:`~colgraph_engine.eval.pdf.MAX_PAGE_PIXELS`)
+  is rendered at the largest scale that fits, with a warning naming the scale used; OCR renders
+  keep to the same budget.
+* **Where images live**: every decoded image (page renders, embedded images) is written at once
+  as a lossless PNG into the document's :class:`~colgraph_engine.kg.document.ImageSpool` (a
+  temporary folder under ``image_dir``, default the system temporary folder) and
+  ``ImageInput.pixels`` is its :class:`~colgraph_engine.kg.document.SpooledImage` path, so
+  reading holds at most one page's images in memory whatever the page count. The folder goes
+  when the document's images and graph are dropped (after encoding, in ingest) or on
+  ``ImageSpool.cleanup()``; a file that fails to read leaves none.
 * **Embedded images** (``extract_images``): image objects of the page, also inside form
   XObjects (their boxes mapped through the form matrices), rendered by PDFium with masks and
   transforms (``FPDFImageObj_GetRenderedBitmap``), referenced as ``page-<n>-image-<k>``, with
@@ -31,7 +41,10 @@ clean-up and OCR contract as the evaluation loaders). What this module adds:
   (skipped, counted); when page images are rendered, an image covering at least
   :data:`PAGE_COVER` of the page is the scanned page itself (skipped); at most
   :data:`MAX_IMAGES_PER_PAGE` per page are kept (the largest); bitmaps are downscaled to
-  :data:`MAX_IMAGE_SIDE` pixels on the longer side. An image goes to the section of its page
+  :data:`MAX_IMAGE_SIDE` pixels on the longer side. An image whose own bitmap has more than
+  :data:`MAX_IMAGE_RENDER_PIXELS` pixels is skipped with a warning (PDFium decodes all of it,
+  whatever size it is drawn at); one drawn so stretched that its render would exceed that
+  budget is rendered at a scale that fits. An image goes to the section of its page
   whose heading lies above the image's top edge (the page's first section if none). Boxes are
   in the unrotated page frame; pages with ``/Rotate`` get a warning.
 """
@@ -44,8 +57,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...eval.pdf import _count_chars, _ocr_text, _render, check_render_args, clean_layer_text
-from ...kg.document import DocumentInput, ImageInput
+from ...eval.pdf import (
+    MAX_PAGE_PIXELS, _count_chars, _ocr_text, budget_scale, check_max_pixels, check_render_args, clean_layer_text,
+    render_page,
+)
+from ...kg.document import DocumentInput, ImageInput, ImageSpool, SpooledImage
 from ...kg.segment import Section
 from .result import ReadResult, check_file, resolve
 
@@ -58,6 +74,10 @@ MIN_IMAGE_PIXELS = 16
 PAGE_COVER = 0.9
 MAX_IMAGES_PER_PAGE = 32
 MAX_IMAGE_SIDE = 2048
+# Ours: 40 M pixels (a 7300 x 5500 photo, 160 MB as BGRA): embedded camera pictures up to about
+# 40 MP render as before; bigger bitmaps, which cost PDFium their full decode before the
+# downscale to MAX_IMAGE_SIDE, are skipped.
+MAX_IMAGE_RENDER_PIXELS = 40_000_000
 _MAX_FORM_DEPTH = 8
 
 
@@ -81,13 +101,19 @@ class _Page:
     text: str
     source: str
     lines: list[_Line]
-    image: object = None
+    image: SpooledImage | None = None
     embedded: list[tuple[ImageInput, float]] = field(default_factory=list)  # (image, top y)
     top: float = 0.0  # PDF y of the page's top edge
 
 
-def _check_args(ocr, scale, ocr_scale, min_text_chars, sections, render_pages, extract_images, progress):
+def _check_args(ocr, scale, ocr_scale, min_text_chars, sections, render_pages, extract_images, progress, *,
+                max_page_pixels=MAX_PAGE_PIXELS, image_dir=None):
     check_render_args(scale=scale, ocr=ocr, ocr_scale=ocr_scale)
+    check_max_pixels(max_page_pixels, "max_page_pixels")
+    if image_dir is not None and not isinstance(image_dir, (str, os.PathLike)):
+        raise TypeError(f"image_dir: expected a folder path or None, got {type(image_dir).__name__}")
+    if image_dir is not None and not os.path.isdir(image_dir):
+        raise ValueError(f"image_dir: no such folder: {os.fspath(image_dir)}")
     if isinstance(min_text_chars, bool) or not isinstance(min_text_chars, int) or min_text_chars < 0:
         raise ValueError(f"min_text_chars: expected an int >= 0, got {min_text_chars!r}")
     if sections not in SECTION_MODES:
@@ -100,7 +126,8 @@ def _check_args(ocr, scale, ocr_scale, min_text_chars, sections, render_pages, e
 def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callable | None = None,
              render_pages: bool = True, scale: float = 1.0, ocr_scale: float | None = None,
              extract_images: bool = True, min_text_chars: int = 20, sections: str = "headings",
-             progress: bool = False) -> ReadResult:
+             progress: bool = False, max_page_pixels: int = MAX_PAGE_PIXELS,
+             image_dir: str | os.PathLike | None = None) -> ReadResult:
     """Reads one PDF (see the module docstring for what becomes what).
 
     Args:
@@ -115,11 +142,16 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
         min_text_chars: below this the text layer counts as missing (>= 0).
         sections: ``"headings"`` or ``"pages"``.
         progress: a tqdm bar over pages.
+        max_page_pixels: pixel budget of one page render, page image or OCR (an int > 0); a
+            larger page is drawn at a smaller scale, with a warning.
+        image_dir: the folder in which the document's temporary image folder is made (default:
+            the system temporary folder).
 
     Returns a :class:`ReadResult`; an encrypted, corrupt or empty file gives an error issue and
     no document. A page that fails alone is reported and left out; the rest is read.
     """
-    _check_args(ocr, scale, ocr_scale, min_text_chars, sections, render_pages, extract_images, progress)
+    _check_args(ocr, scale, ocr_scale, min_text_chars, sections, render_pages, extract_images, progress,
+                max_page_pixels=max_page_pixels, image_dir=image_dir)
     path, doc_id = resolve(path, doc_id)
     result = ReadResult(path, doc_id, "pdf")
     if not check_file(result):
@@ -136,6 +168,14 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
         return result.fail(f"cannot open as a PDF ({e})")
     ocr_scale = float(scale if ocr_scale is None else ocr_scale)
     pages: list[_Page] = []
+    spools: list[ImageSpool] = []  # made on the first image, so text-only reads create no folder
+
+    def park(image) -> SpooledImage:
+        if not spools:
+            spools.append(ImageSpool(image_dir))
+        return spools[0].add(image)
+
+    render = _Render(scale, ocr_scale, max_page_pixels, park)
     bar = None
     try:
         n_pages = len(doc)
@@ -146,8 +186,8 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
             bar = tqdm(total=n_pages, desc=doc_id, unit="page", leave=False)
         for number in range(1, n_pages + 1):
             try:
-                pages.append(_read_page(doc, number, doc_id, result, ocr=ocr, render=render_pages, scale=scale,
-                                        ocr_scale=ocr_scale, extract=extract_images, min_text_chars=min_text_chars))
+                pages.append(_read_page(doc, number, doc_id, result, ocr=ocr, render=render_pages, how=render,
+                                        extract=extract_images, min_text_chars=min_text_chars))
             except Exception as e:  # one bad page must not lose the document
                 result.issue(f"page {number} not read ({type(e).__name__}: {e})")
             if bar is not None:
@@ -158,6 +198,8 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
             bar.close()
         doc.close()
     if not pages:
+        for spool in spools:
+            spool.cleanup()
         return result.fail("no page could be read")
     stats.pages = len(pages)
     _mark_headings(pages)
@@ -187,7 +229,22 @@ def _metadata_title(doc) -> str:
 
 # -- one page ------------------------------------------------------------------------------------
 
-def _read_page(doc, number, doc_id, result, *, ocr, render, scale, ocr_scale, extract, min_text_chars) -> _Page:
+@dataclass(frozen=True)
+class _Render:
+    """How a document's pages are drawn: scales, the pixel budget, and ``park(PIL) -> SpooledImage``."""
+    scale: float
+    ocr_scale: float
+    max_pixels: int
+    park: Callable
+
+
+def _budget_note(number: int, what: str, page, scale: float, used: float, image, budget: int) -> str:
+    w, h = page.get_size()
+    return (f"page {number}: {what} of {w:g} x {h:g} pt at scale {scale:g} is over the pixel budget of "
+            f"{budget:,} (max_page_pixels); rendered at scale {used:.4g} ({image.size[0]} x {image.size[1]} pixels)")
+
+
+def _read_page(doc, number, doc_id, result, *, ocr, render, how: _Render, extract, min_text_chars) -> _Page:
     stats = result.stats
     page = doc[number - 1]
     try:
@@ -204,17 +261,31 @@ def _read_page(doc, number, doc_id, result, *, ocr, render, scale, ocr_scale, ex
             textpage.close()
         n_layer = _count_chars(text)
         source = "layer" if n_layer else "none"
-        image = None
+        image = pil = None
         if render:
             with stats.timed("render"):
-                image = _render(page, scale)
+                pil, used = render_page(page, how.scale, how.max_pixels)
+            if used < how.scale:
+                result.issue(_budget_note(number, "the page image", page, how.scale, used, pil, how.max_pixels),
+                             "warning")
         if ocr is not None and n_layer < min_text_chars:
             with stats.timed("ocr"):
-                ocr_image = image if image is not None and ocr_scale == scale else _render(page, ocr_scale)
+                if pil is not None and how.ocr_scale == how.scale:
+                    ocr_image = pil
+                else:
+                    ocr_image, used = render_page(page, how.ocr_scale, how.max_pixels)
+                    if used < how.ocr_scale:
+                        result.issue(_budget_note(number, "the OCR render", page, how.ocr_scale, used, ocr_image,
+                                                  how.max_pixels), "warning")
                 ocr_text = _ocr_text(ocr, ocr_image)
+                del ocr_image
             if _count_chars(ocr_text) > n_layer:
                 text, source = ocr_text, "ocr"
                 lines = [_Line(t) for t in ocr_text.split("\n") if t.strip()]
+        if pil is not None:
+            with stats.timed("render"):
+                image = how.park(pil)  # to disk now: no page image stays in memory
+            del pil
         if source == "layer":
             stats.text_layer_pages += 1
         elif source == "ocr":
@@ -227,7 +298,8 @@ def _read_page(doc, number, doc_id, result, *, ocr, render, scale, ocr_scale, ex
                 result.issue(f"page {number} is rotated by {page.get_rotation()} degrees; image boxes are in the "
                              "unrotated page frame", "warning")
             with stats.timed("images"):
-                embedded = _embedded_images(page, number, doc_id, (left, bottom, right, top), render, result)
+                embedded = _embedded_images(page, number, doc_id, (left, bottom, right, top), render, result,
+                                            how.park)
         return _Page(number, text, source, lines, image, embedded, top)
     finally:
         page.close()
@@ -264,7 +336,34 @@ def _measure_lines(textpage, raw: str) -> list[_Line]:
     return lines
 
 
-def _embedded_images(page, number, doc_id, box, render, result) -> list[tuple[ImageInput, float]]:
+def _render_image_object(obj, max_pixels: int):
+    """PIL RGB of an image object, as pypdfium2 renders it (at about its own resolution) when
+    that fits `max_pixels`; at a smaller scale when only the drawn size is over (a small
+    bitmap stretched very unevenly); None when its own bitmap is over `max_pixels`."""
+    px_w, px_h = obj.get_px_size()
+    if px_w * px_h > max_pixels:
+        return None
+    left, bottom, right, top = obj.get_bounds()
+    cw, ch = abs(right - left), abs(top - bottom)
+    if (px_w < px_h) != (cw < ch):  # as pypdfium2's scale_to_original: sides swapped by rotation
+        px_w, px_h = px_h, px_w
+    factor = max(px_w / cw, px_h / ch) if cw > 0 and ch > 0 else 0.0
+    if factor == 0.0 or cw * ch * factor * factor <= max_pixels:
+        bitmap = obj.get_bitmap(render=True)
+    else:
+        original = obj.get_matrix()
+        s = budget_scale(cw, ch, factor, max_pixels)
+        obj.set_matrix(original.scale(s, s))
+        try:
+            bitmap = obj.get_bitmap(render=True, scale_to_original=False)
+        finally:
+            obj.set_matrix(original)
+    # convert() copies out of PDFium's buffer; the bitmap is freed with its Python object
+    # (pypdfium2 warns against closing a bitmap whose buffer PDFium allocated).
+    return bitmap.to_pil().convert("RGB")
+
+
+def _embedded_images(page, number, doc_id, box, render, result, park) -> list[tuple[ImageInput, float]]:
     """``(ImageInput, top y)`` for the page's kept image objects (see the module docstring)."""
     import pypdfium2.raw as pdfium_c
 
@@ -294,7 +393,12 @@ def _embedded_images(page, number, doc_id, box, render, result) -> list[tuple[Im
                 else:
                     found.append(((x2 - x1) * (y2 - y1), len(found), obj, (x1, y1, x2, y2), min(t, top)))
 
-    walk(None, None, 0)
+    try:
+        walk(None, None, 0)
+    finally:
+        # walk refers to itself through its closure cell; that cycle (holding `result` and so the
+        # document with its image spool) would otherwise live until the cyclic GC runs
+        del walk
     if len(found) > MAX_IMAGES_PER_PAGE:
         result.stats.images_skipped += len(found) - MAX_IMAGES_PER_PAGE
         found = sorted(sorted(found, key=lambda f: -f[0])[:MAX_IMAGES_PER_PAGE], key=lambda f: f[1])
@@ -302,17 +406,22 @@ def _embedded_images(page, number, doc_id, box, render, result) -> list[tuple[Im
     for k, (_, _, obj, (x1, y1, x2, y2), y_top) in enumerate(found, start=1):
         ref = f"{page_image_ref(number)}-image-{k}"
         try:
-            # convert() copies out of PDFium's buffer; the bitmap is freed with its Python object
-            # (pypdfium2 warns against closing a bitmap whose buffer PDFium allocated).
-            pil = obj.get_bitmap(render=True).to_pil().convert("RGB")
+            pil = _render_image_object(obj, MAX_IMAGE_RENDER_PIXELS)
         except Exception as e:
             result.issue(f"page {number}: image {k} could not be rendered ({e}); skipped", "warning")
+            result.stats.images_skipped += 1
+            continue
+        if pil is None:
+            px_w, px_h = obj.get_px_size()
+            result.issue(f"page {number}: image {k} is {px_w} x {px_h} pixels, over the render budget of "
+                         f"{MAX_IMAGE_RENDER_PIXELS:,} (MAX_IMAGE_RENDER_PIXELS); skipped", "warning")
             result.stats.images_skipped += 1
             continue
         if max(pil.size) > MAX_IMAGE_SIDE:
             pil.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
         source = f"{doc_id} page {number}, box ({x1:.3f}, {y1:.3f}, {x2:.3f}, {y2:.3f})"
-        out.append((ImageInput(ref, pixels=pil, source=source), y_top))
+        out.append((ImageInput(ref, pixels=park(pil), source=source), y_top))
+        del pil
     return out
 
 

@@ -1,0 +1,202 @@
+"""Reproducer for issue 22, items 2 and 3: peak memory of ``colgraph index build`` on one file.
+
+    python benchmarks/reliability_ingest_memory.py [--cases bomb1,bomb3,blank200,...] [--pythonpath DIR]
+
+Each case writes one file into a fresh folder and runs ``python -m colgraph_engine index build
+FOLDER --out IDX`` as a child process (offline encoders, the defaults otherwise). The row holds
+its wall seconds, its peak RSS (``ru_maxrss`` of ``RUSAGE_CHILDREN``, read in a helper process
+whose only child is the CLI, so it is the largest of the CLI and its own workers), the exit
+status, and how many ``colgraph-images-*`` folders the run left in its temporary folder (the
+child's TMPDIR is a fresh folder, so anything left there is a leak). Cases:
+
+* ``bomb1`` / ``bomb3``: a hand-written PDF of 1 or 3 empty pages whose MediaBox is
+  14400 x 14400 pt (200 x 200 inches; 350 bytes for one page);
+* ``blank200`` / ``blank800``: blank US-letter pages made with pypdfium2;
+* ``blank10000_nopages``: 10,000 blank pages with ``--no-page-images`` (and, on the current
+  CLI, ``--max-pages 0``: it reads only the first 5,000 pages of a PDF by default);
+* ``md50``: a 50 MB Markdown file that is one line of words;
+* ``*_noisolate``: the same with ``--no-isolate`` (files processed in the CLI's own process
+  rather than in its per-file worker; the "before" CLI had no worker).
+
+``--pythonpath DIR`` runs the CLI from another checkout for the "before" rows: ``git worktree add
+--detach /tmp/before HEAD`` and copy the built ``colgraph_engine/_core*.so`` into it (from the
+venv's ``site-packages/colgraph_engine``), else the native module is absent there. Prints one
+JSON object per case, then a JSON list of all of them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CASES = ("bomb1", "bomb3", "blank200", "blank800", "blank10000_nopages", "md50")
+# the same inputs with --no-isolate (after only: the CLI processes files in its own process,
+# not in the per-file worker that the old CLI did not have)
+NO_ISOLATE = ("blank800_noisolate", "md50_noisolate")
+
+
+def bomb_pdf(path: Path, pages: int = 1, side: float = 14400.0) -> int:
+    """A minimal PDF of `pages` empty pages of `side` x `side` points, written by hand; its size."""
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % (3 + i) for i in range(pages))
+            + b"] /Count %d >>" % pages]
+    objs += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %g %g] /Resources << >> >>" % (side, side)
+             for _ in range(pages)]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    path.write_bytes(bytes(out))
+    return len(out)
+
+
+def blank_pdf(path: Path, pages: int, width: float = 612.0, height: float = 792.0) -> int:
+    """A PDF of `pages` blank pages made with pypdfium2; its size in bytes."""
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument.new()
+    try:
+        for _ in range(pages):
+            doc.new_page(width, height).close()
+        doc.save(str(path))
+    finally:
+        doc.close()
+    return path.stat().st_size
+
+
+def one_line_markdown(path: Path, megabytes: float = 50.0, seed: int = 0) -> int:
+    """`megabytes` MB of lower-case pseudo-words separated by spaces, on one line, no newline."""
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
+             for _ in range(5000)]
+    target = int(megabytes * 1_000_000)
+    with open(path, "w", encoding="ascii") as f:
+        written = 0
+        while written < target:
+            chunk = " ".join(rng.choices(vocab, k=20000)) + " "
+            f.write(chunk)
+            written += len(chunk)
+    return path.stat().st_size
+
+
+def make_case(name: str, folder: Path) -> tuple[Path, list[str]]:
+    """The input file of case `name` in `folder` and the extra CLI arguments."""
+    if name.endswith("_noisolate"):
+        file, extra = make_case(name[: -len("_noisolate")], folder)
+        return file, extra + ["--no-isolate"]
+    if name.startswith("bomb"):
+        p = folder / "bomb.pdf"
+        bomb_pdf(p, int(name[4:]))
+        return p, []
+    if name.startswith("blank"):
+        n = int(name[5:].split("_")[0])
+        p = folder / "blank.pdf"
+        blank_pdf(p, n)
+        return p, (["--no-page-images"] if "_nopages" in name else [])
+    if name == "md50":
+        p = folder / "long.md"
+        one_line_markdown(p, 50.0)
+        return p, []
+    raise ValueError(f"cases: unknown case {name!r}; known: {CASES + NO_ISOLATE}")
+
+
+# Runs ``python -m colgraph_engine`` from the checkout in argv[1]. The venv's editable install
+# redirects ``import colgraph_engine`` to its own tree through a meta-path finder that PYTHONPATH
+# does not override, so the finder is removed first.
+_FROM_CHECKOUT = """import runpy, sys
+root = sys.argv.pop(1)
+sys.meta_path[:] = [f for f in sys.meta_path if "Redirecting" not in type(f).__name__]
+sys.path.insert(0, root)
+runpy.run_module("colgraph_engine", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_case(name: str, pythonpath: str | None, timeout: float) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="ingest-mem-"))
+    try:
+        src, tmp = work / "in", work / "tmp"
+        src.mkdir()
+        tmp.mkdir()
+        file, extra = make_case(name, src)
+        env = dict(os.environ, TMPDIR=str(tmp), OMP_NUM_THREADS="1")
+        cli = [sys.executable, "-c", _FROM_CHECKOUT, pythonpath] if pythonpath else [sys.executable, "-m",
+                                                                                     "colgraph_engine"]
+        if not pythonpath and name.startswith("blank10000"):
+            extra = [*extra, "--max-pages", "0"]  # the CLI now stops at 5,000 pages by default
+        cmd = [*cli, "index", "build", str(src), "--out", str(work / "idx"), "--json", *extra]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        seconds = time.perf_counter() - t0
+        peak = _children_peak_mb()
+        row = {"case": name, "file_bytes": file.stat().st_size, "seconds": round(seconds, 2),
+               "peak_rss_mb": peak, "rc": proc.returncode,
+               "spool_dirs_left": len(list(tmp.glob("colgraph-images-*"))),
+               "tmp_entries_left": len(list(tmp.iterdir()))}
+        if proc.returncode == 0:
+            try:
+                totals = json.loads(out)["totals"]
+                row.update({k: totals.get(k) for k in ("added", "pages", "segments", "images")})
+            except (ValueError, KeyError, TypeError):
+                pass
+        else:
+            row["stderr_tail"] = err.decode(errors="replace")[-400:]
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _children_peak_mb() -> float:
+    """Peak RSS (MB) of the largest child reaped so far. ``RUSAGE_CHILDREN``'s ``ru_maxrss`` is
+    a maximum over all reaped children, so each case runs in its own helper process (``main``)
+    whose only child is the CLI."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {CASES + NO_ISOLATE}")
+    ap.add_argument("--pythonpath", default=None, help="checkout to run the CLI from (before rows)")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one case here
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_case(args.one, args.pythonpath, args.timeout)))
+        return
+    rows = []
+    for name in args.cases.split(","):
+        # one helper process per case, so that RUSAGE_CHILDREN's maximum is this case's child alone
+        cmd = [sys.executable, __file__, "--one", name, "--timeout", str(args.timeout)]
+        if args.pythonpath:
+            cmd += ["--pythonpath", args.pythonpath]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            row = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            row = {"case": name, "error": res.stderr[-400:]}
+        row["code"] = "before" if args.pythonpath else "after"
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
