@@ -7,7 +7,8 @@
 
 An index built with the offline encoders (``Encoders.offline()``) or with MiniLM + EfficientNet
 (``--encoders models``) is reopened with the same encoders; names recorded in the manifest must
-match, otherwise the command says which encoders the index needs.
+match, otherwise the command says which encoders the index needs. A command that runs out of
+disk space prints one line (the path, the free space) and exits 1.
 """
 from __future__ import annotations
 
@@ -209,8 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     from .cli_serve import add_parser as add_serve_parser, run as run_serve
     add_serve_parser(sub)
     args = ap.parse_args(argv)
-    return {"demo": cmd_demo, "query": cmd_query, "info": cmd_info, "index": run,
-            "serve": run_serve}[args.command](args)
+    try:
+        return {"demo": cmd_demo, "query": cmd_query, "info": cmd_info, "index": run,
+                "serve": run_serve}[args.command](args)
+    except OSError as exc:  # `colgraph demo --out` on a full disk: one line, not a traceback
+        from .cli_index import disk_full_message, is_disk_full
+        if not is_disk_full(exc):
+            raise
+        print(f"colgraph {args.command}: {disk_full_message(exc, getattr(args, 'out', None))}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,20 +14,42 @@
 
 Options of build and add: ``--encoders offline|models``; readers: ``--ocr`` (RapidOCR for pages
 without a text layer), ``--no-page-images``, ``--no-embedded-images``, ``--scale``,
-``--sections headings|pages``; model hooks on an OpenAI-compatible endpoint: ``--llm-url`` with
-``--llm-model`` (text extraction), ``--vision-model`` (scene graphs and region matches),
-``--caption-model``, ``--api-key-env`` (the variable holding the key), ``--gleaning``,
-``--concurrency``, ``--timeout``, ``--cache`` (reply cache folder; default ``INDEX.llm-cache``
-beside the index, so that a rebuild costs no calls); ``--batch-size``, ``--max-tokens``,
-``--json``.
+``--sections headings|pages``, ``--max-page-pixels`` (pixel budget of one page render); model
+hooks on an OpenAI-compatible endpoint: ``--llm-url`` with ``--llm-model`` (text extraction),
+``--vision-model`` (scene graphs and region matches), ``--caption-model``, ``--api-key-env``
+(the variable holding the key), ``--gleaning``, ``--concurrency``, ``--timeout``, ``--cache``
+(reply cache folder; default ``INDEX.llm-cache`` beside the index, so that a rebuild costs no
+calls); ``--batch-size``, ``--max-tokens``, ``--json``.
+
+Each file is read, built and encoded in a supervised worker process (see
+:mod:`colgraph_engine.ingest.isolate`): a file that crashes a native library, runs out of memory
+or hangs is reported as failed and the rest is indexed. ``--no-isolate`` processes files in
+this process (for debugging: breakpoints, profilers). Limits per file: ``--max-file-mb``
+(larger files are not read), ``--max-pages`` (pages of a PDF beyond are not read, with a
+warning), ``--max-text-mb`` (likewise the text of a text or Markdown file), ``--file-timeout`` (seconds; the worker is killed and restarted),
+``--worker-memory-gb`` (GiB the worker may grow by; past it MemoryError fails the file); 0
+turns a limit off.
+
+A command that runs out of disk space (ENOSPC, EDQUOT) prints one line naming the path and the
+free space, and exits 1; the index keeps its last commit.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
+
+# Ours: a 512 MiB file is a large scanned book; 5,000 pages is past the longest manuals and
+# standards we know of, and bounds the time one PDF takes (about 4 minutes for 5,000 blank pages
+# here). The file timeout is the worker's (colgraph_engine.ingest.isolate.DEFAULT_FILE_TIMEOUT).
+DEFAULT_MAX_FILE_MB = 512.0
+DEFAULT_MAX_PAGES = 5000
+DEFAULT_MAX_TEXT_MB = 4.0
+DEFAULT_FILE_TIMEOUT = 1800.0
 
 
 def add_parser(sub) -> None:
@@ -71,6 +93,9 @@ def _ingest_options(p) -> None:
     p.add_argument("--no-embedded-images", dest="extract_images", action="store_false")
     p.add_argument("--scale", type=float, default=None, help="page render scale (1.0 = 72 dpi)")
     p.add_argument("--sections", choices=("headings", "pages"), default=None)
+    p.add_argument("--max-page-pixels", type=int, default=None,
+                   help="pixel budget of one page render (page image or OCR); larger pages are drawn smaller "
+                        "(default: the PDF reader's)")
     p.add_argument("--batch-size", type=int, default=8, help="documents per commit")
     p.add_argument("--max-tokens", type=int, default=1200, help="segment size in words")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
@@ -83,15 +108,69 @@ def _ingest_options(p) -> None:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--cache", type=Path, default=None, help="model reply cache folder")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-isolate", dest="isolate", action="store_false",
+                   help="process files in this process, not in a worker (debugging; a crash ends the run)")
+    p.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB,
+                   help=f"files larger than this (MiB) are not read; 0: no limit (default {DEFAULT_MAX_FILE_MB:g})")
+    p.add_argument("--max-pages", type=int, default=DEFAULT_MAX_PAGES,
+                   help=f"pages read per PDF, the rest left out with a warning; 0: all (default {DEFAULT_MAX_PAGES})")
+    p.add_argument("--max-text-mb", type=float, default=DEFAULT_MAX_TEXT_MB,
+                   help=f"MiB read per text or Markdown file, the rest left out with a warning; 0: all "
+                        f"(default {DEFAULT_MAX_TEXT_MB:g})")
+    p.add_argument("--file-timeout", type=float, default=None,
+                   help=f"seconds per file, then the worker is killed; 0: none (default {DEFAULT_FILE_TIMEOUT:g})")
+    p.add_argument("--worker-memory-gb", type=float, default=None,
+                   help="GiB the worker's address space may grow past its start; 0: no cap (default)")
 
 
 def run(args) -> int:
+    from .ingest.isolate import WorkerError
+
+    where = getattr(args, "out", None) or getattr(args, "index", None)
     try:
         return {"build": _build, "add": _add, "remove": _remove, "info": _info,
                 "verify": _verify, "prefilter": _prefilter}[args.index_command](args)
     except (TypeError, ValueError) as exc:
         print(f"colgraph index {args.index_command}: {exc}", file=sys.stderr)
         return 2
+    except WorkerError as exc:
+        print(f"colgraph index {args.index_command}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        print(f"colgraph index {args.index_command}: {disk_full_message(exc, where)}", file=sys.stderr)
+        return 1
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for "no space left on device" and "disk quota exceeded"."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_message(exc: OSError, where) -> str:
+    """One line: what ran out, at which path, the free space there and, when known, the space needed."""
+    path = Path(exc.filename) if exc.filename else Path(where) if where is not None else Path.cwd()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    try:
+        usage = shutil.disk_usage(probe)
+        space = f"{_size(usage.free)} free of {_size(usage.total)} on the file system of {probe}"
+    except OSError:
+        space = "free space unknown"
+    needed = getattr(exc, "needed_bytes", None)
+    need = f"; this commit needs at least {_size(needed)} for its vectors alone" if needed else ""
+    return (f"{what} writing {path}: {space}{need}. Nothing of the failed commit was kept; "
+            "free space (or choose another --out) and run the command again")
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
 
 
 def _build(args) -> int:
@@ -121,25 +200,71 @@ def _add(args) -> int:
     return _ingest_and_report(index, args.paths, args, args.index)
 
 
-def _ingest_and_report(index, sources, args, where: Path) -> int:
-    from .ingest.folder import IngestReport, ingest
+def _limits(args) -> tuple[float | None, int | None, float | None, float | None, float | None]:
+    """``--max-file-mb``, ``--max-pages``, ``--max-text-mb``, ``--file-timeout``, ``--worker-memory-gb``
+    (0: None)."""
+    if not args.isolate:
+        for flag, value in (("--file-timeout", args.file_timeout), ("--worker-memory-gb", args.worker_memory_gb)):
+            if value:
+                raise ValueError(f"{flag}: needs the worker process; drop --no-isolate")
+    timeout = DEFAULT_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout
+    out = []
+    for flag, value, kind in (("--max-file-mb", args.max_file_mb, float), ("--max-pages", args.max_pages, int),
+                              ("--max-text-mb", args.max_text_mb, float), ("--file-timeout", timeout, float),
+                              ("--worker-memory-gb", args.worker_memory_gb or 0, float)):
+        if not value >= 0 or value == float("inf"):
+            raise ValueError(f"{flag}: expected a finite number >= 0 (0: no limit), got {value!r}")
+        out.append(kind(value) if value else None)
+    return tuple(out)
 
-    hooks = _hooks(args, where)
+
+def _ingest_and_report(index, sources, args, where: Path) -> int:
+    from functools import partial
+
+    from .cli import ENCODER_SETS
+    from .ingest.folder import IngestReport, ingest
+    from .ingest.isolate import FileWorker, Isolation
+    from .kg import Encoders
+
+    max_file_mb, max_pages, max_text_mb, file_timeout, memory_gb = _limits(args)
     reader_options = {"render_pages": args.render_pages, "extract_images": args.extract_images}
     if args.scale is not None:
         reader_options["scale"] = args.scale
     if args.sections is not None:
         reader_options["sections"] = args.sections
-    if args.ocr:
-        from .encoders.ocr import RapidOcr
-        reader_options["ocr"] = RapidOcr()
+    if max_pages is not None:
+        reader_options["max_pages"] = max_pages
+    if max_text_mb is not None:
+        reader_options["max_text_mb"] = max_text_mb
+    if args.max_page_pixels is not None:
+        reader_options["max_page_pixels"] = args.max_page_pixels
+    worker, hooks = None, {}
+    if args.isolate:
+        _check_hooks(args)  # here; the worker builds its own hooks and OCR engine
+        name = "offline" if index.encoders.describe() == Encoders.offline().describe() else "models"
+        worker = FileWorker(Isolation(encoders=ENCODER_SETS[name], timeout=file_timeout, memory_gb=memory_gb,
+                                      setup=partial(_worker_setup, _hook_options(args), str(where))),
+                            index.encoders)
+    else:
+        hooks = _hooks(args, where)
+        if args.ocr:
+            from .encoders.ocr import RapidOcr
+            reader_options["ocr"] = RapidOcr()
     total = IngestReport()
-    for source in sources:
-        report = ingest(index, source, reader_options=reader_options, batch_size=args.batch_size,
-                        max_tokens=args.max_tokens, progress=not args.json, **hooks)
-        total.documents += report.documents
-        total.seconds += report.seconds
-    failed_calls = [vars(f) for c in _clients(hooks) for f in c.failures]
+    try:
+        for source in sources:
+            report = ingest(index, source, reader_options=reader_options, batch_size=args.batch_size,
+                            max_tokens=args.max_tokens, progress=not args.json, isolate=worker or False,
+                            max_file_mb=max_file_mb, **hooks)
+            total.documents += report.documents
+            total.seconds += report.seconds
+    finally:
+        if worker is not None:
+            worker.close()
+    calls = worker.model_calls if worker is not None else {
+        c.model: {**{k: getattr(c.stats, k) for k in ("calls", "requests", "cache_hits", "retries")},
+                  "failures": c.failures} for c in _clients(hooks)}
+    failed_calls = [vars(f) for c in calls.values() for f in c["failures"]]
     if args.json:
         print(json.dumps({"index": str(where), **total.as_dict(), "failed_model_calls": failed_calls},
                          indent=1, default=str))
@@ -149,22 +274,44 @@ def _ingest_and_report(index, sources, args, where: Path) -> int:
         pages = t["pages"]
         rate = f", {pages / total.seconds:.1f} pages/s" if pages and total.seconds > 0 else ""
         print(f"{where}: {len(index)} documents in the index; this run {total.seconds:.1f} s{rate}")
-        for c in _clients(hooks):
-            s = c.stats
-            print(f"model {c.model}: {s.calls} calls, {s.cache_hits} from the cache, {s.retries} retries, "
-                  f"{len(c.failures)} failed")
+        for model, c in calls.items():
+            print(f"model {model}: {c['calls']} calls, {c['cache_hits']} from the cache, {c['retries']} retries, "
+                  f"{len(c['failures'])} failed")
     return 0
+
+
+_HOOK_FLAGS = ("llm_url", "llm_model", "vision_model", "caption_model", "api_key_env", "gleaning", "concurrency",
+               "timeout", "cache", "ocr")
+
+
+def _hook_options(args) -> dict:
+    return {k: getattr(args, k) for k in _HOOK_FLAGS}
+
+
+def _worker_setup(options: dict, where: str) -> dict:
+    """Run in the ingest worker: the model hooks and the OCR engine the options ask for."""
+    out = dict(_hooks(argparse.Namespace(**options), Path(where)))
+    if options["ocr"]:
+        from .encoders.ocr import RapidOcr
+        out["ocr"] = RapidOcr()
+    return out
+
+
+def _check_hooks(args) -> bool:
+    """ValueError unless the model options fit together; whether any model is asked for."""
+    if not any((args.llm_model, args.vision_model, args.caption_model)):
+        if args.llm_url:
+            raise ValueError("--llm-url: name at least one of --llm-model, --vision-model, --caption-model")
+        return False
+    if not args.llm_url:
+        raise ValueError("--llm-model / --vision-model / --caption-model: --llm-url (the endpoint) is needed")
+    return True
 
 
 def _hooks(args, where: Path) -> dict:
     """The model hooks the options ask for (none by default: the offline build)."""
-    models = {"extractor": args.llm_model, "vision": args.vision_model, "caption": args.caption_model}
-    if not any(models.values()):
-        if args.llm_url:
-            raise ValueError("--llm-url: name at least one of --llm-model, --vision-model, --caption-model")
+    if not _check_hooks(args):
         return {}
-    if not args.llm_url:
-        raise ValueError("--llm-model / --vision-model / --caption-model: --llm-url (the endpoint) is needed")
     from .ingest.cache import ResponseCache
     from .ingest.chat import ChatClient
     from .ingest.hooks import CaptionHook, LLMExtractor, VisionHook

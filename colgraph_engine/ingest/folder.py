@@ -25,9 +25,17 @@ of files (document id = file name) and, per document:
 Every step is timed per document (reader phases, ``caption``, ``extract``, ``vision``,
 ``build``, ``encode``) and failures are listed per document in the :class:`IngestReport`,
 whose :meth:`~IngestReport.table` is the summary the ``colgraph index`` command prints.
+
+Steps 1 and 3-6 of a file run either in this process (``isolate=False``, the default of
+:func:`ingest`) or in a supervised worker process (``isolate=True``, the default of
+``colgraph index build/add``; see :mod:`.isolate`), where a crash of a native library, a
+MemoryError or a hang becomes that file's failure and the rest of the folder is still indexed.
+Either way this process alone commits. ``max_file_mb`` refuses oversized files before they are
+read; the reader option ``max_pages`` reads only the first pages of a long PDF.
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,7 +52,7 @@ from ..kg.segment import segment_sections
 from ..kg.vectors import encode_document
 from .readers import ReadResult, read_path
 from .readers.result import timed_into
-from .readers.dispatch import _skip_reason, _walk, check_options
+from .readers.dispatch import _skip_reason, _walk, check_options, kind_by_name
 
 MAX_MATCH_ENTITIES = 60
 ON_FAILURE = ("offline", "skip")
@@ -55,11 +63,12 @@ STATUSES = ("added", "present", "failed", "skipped")
 class DocumentReport:
     """One file's outcome.
 
-    ``status``: ``added`` (committed to the index; ``pending`` until its batch commits), ``present`` (its id was already in the index:
-    not read again), ``failed`` (unreadable or not buildable: see ``failures``) or ``skipped``
-    (not a document: sidecar, hidden or unknown file). ``failures``: read errors and failed
-    model calls (the document is still added with what succeeded when it has a graph).
-    ``seconds``: wall time per phase.
+    ``status``: ``added`` (committed to the index; ``pending`` until its batch commits),
+    ``present`` (its id was already in the index: not read again), ``failed`` (unreadable, too
+    large, not buildable, or its worker crashed or timed out: see ``failures``) or ``skipped``
+    (not a document: sidecar, hidden or unknown file). ``failures``: read errors and failed model
+    calls (the document is still added with what succeeded when it has a graph). ``notes``: the
+    readers' warnings (e.g. pages beyond ``max_pages`` not read). ``seconds``: wall time per phase.
     """
     file: str
     doc_id: str
@@ -75,6 +84,7 @@ class DocumentReport:
     regions: int = 0
     warnings: int = 0
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def timed(self, phase: str):
@@ -82,6 +92,8 @@ class DocumentReport:
         return timed_into(self.seconds, phase)
 
 
+# reader warnings the table prints (the others are counted in ``warnings`` and kept in ``notes``)
+_SHOWN_NOTES = ("read only the first",)
 _COUNTS = ("pages", "text_layer_pages", "ocr_pages", "segments", "entities", "relations", "images", "regions")
 
 
@@ -135,6 +147,7 @@ class IngestReport:
                 lines.append(f"  ! {d.doc_id}: {f}")
             if len(d.failures) > 3:
                 lines.append(f"  ! {d.doc_id}: ... {len(d.failures) - 3} more")
+            lines += [f"  ~ {d.doc_id}: {n}" for n in d.notes if n.startswith(_SHOWN_NOTES)]
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
@@ -144,7 +157,8 @@ class IngestReport:
 def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.PathLike], *,
            extractor: Callable[[str], str] | None = None, vision=None, caption=None,
            reader_options: dict | None = None, batch_size: int = 8, max_tokens: int = 1200,
-           on_failure: str = "offline", progress: bool = True, build_options: dict | None = None) -> IngestReport:
+           on_failure: str = "offline", progress: bool = True, build_options: dict | None = None,
+           isolate=False, max_file_mb: float | None = None) -> IngestReport:
     """Reads, extracts, builds, encodes and adds documents to `index` (see the module docstring).
 
     Args:
@@ -153,16 +167,29 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
         extractor: an :class:`~.hooks.LLMExtractor` or any ``text -> str`` (default: offline).
         vision: a :class:`~.hooks.VisionHook` for scene graphs and region matches (default: none).
         caption: a :class:`~.hooks.CaptionHook` for images without a caption (default: none).
-        reader_options: keyword options of the readers (``ocr``, ``render_pages``, ``scale``, ...).
+        reader_options: keyword options of the readers (``ocr``, ``render_pages``, ``scale``,
+            ``max_pages``, ...).
         batch_size: documents per commit (>= 1).
         max_tokens: segment size in words (mKG-RAG's segmentation; 1,200 is our default).
         on_failure: ``"offline"`` or ``"skip"`` for segments whose model extraction failed.
         progress: a tqdm bar over files.
         build_options: more keyword options of :func:`~colgraph_engine.kg.build_document_graph`
             (``min_mapping_score``, ``image_fallback``, ``image_entity_scores``, ``strict``).
+        isolate: False (the default, for library callers): every file is processed in this
+            process, so hooks may be any Python callables (lambdas, closures, clients holding
+            sockets), nothing is started (a worker costs ~2 s plus loading the encoders again)
+            and debuggers see every step; an exception of one file is still that file's
+            failure, but a segfault, abort or hang of a native library ends the call. True, an
+            :class:`~.isolate.Isolation` (encoder factory, worker setup, ``timeout``,
+            ``memory_gb``) or a running :class:`~.isolate.FileWorker` (reused across calls):
+            each file is read, built and encoded in a worker process (see :mod:`.isolate`);
+            hooks and reader options must then pickle.
+        max_file_mb: files larger than this many MiB are not read (status ``failed``, the failure
+            names the size and the limit); None: no limit.
 
     Returns an :class:`IngestReport`. Bad arguments raise TypeError / ValueError before any file is
-    read; bad files never raise.
+    read; bad files never raise (an isolated worker that cannot start raises
+    :class:`~.isolate.WorkerError`).
     """
     if not isinstance(index, KnowledgeIndex):
         raise TypeError(f"index: expected a KnowledgeIndex, got {type(index).__name__}")
@@ -177,6 +204,9 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
     for name, hook, method in (("vision", vision, "scene_graph"), ("caption", caption, "caption")):
         if hook is not None and not callable(getattr(hook, method, None)):
             raise TypeError(f"{name}: expected an object with a .{method}() method or None, got {type(hook).__name__}")
+    if max_file_mb is not None and (isinstance(max_file_mb, bool) or not isinstance(max_file_mb, (int, float))
+                                    or not max_file_mb > 0 or max_file_mb == float("inf")):
+        raise ValueError(f"max_file_mb: expected a finite number > 0 or None, got {max_file_mb!r}")
     reader_options = dict(reader_options or {})
     check_options(reader_options)
     build_options = dict(build_options or {})
@@ -184,38 +214,34 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
                                 "count_tokens", "overlap_tokens"}
     if bad:
         raise TypeError(f"build_options: unknown option(s) {sorted(bad)}")
-    listing = _listing(source, reader_options)
+    job = Job(reader_options, index.encoders, extractor, vision, caption, max_tokens, on_failure, build_options)
+    worker, own_worker = _worker_for(isolate, index)
+    task = worker.task_of(job) if worker is not None else None  # pickled once; TypeError names what does not pickle
+    listing = _listing(source)
 
     report = IngestReport()
     t_start = time.perf_counter()
-    offline = CooccurrenceExtractor()
     batch: list[tuple[DocumentReport, object, dict]] = []
     in_batch: set[str] = set()
     built = 0
     bar = tqdm(listing, desc="ingest", unit="file", disable=not progress)
     try:
-        for file, doc_id, read in bar:
+        for file, doc_id, skip in bar:
             if doc_id in index or doc_id in in_batch:
                 report.documents.append(DocumentReport(str(file), doc_id, "", status="present"))
                 continue
-            result = read()
-            rep = _report_of(result)
+            if skip is not None:
+                rep = DocumentReport(str(file), doc_id, "skipped", status="skipped")
+            elif (too_big := _over_size(file, max_file_mb)) is not None:
+                rep = DocumentReport(str(file), doc_id, kind_by_name(file.name) or "", status="failed",
+                                     failures=[too_big])
+            elif worker is not None:
+                rep, graph, vectors = worker.process(file, doc_id, task)
+            else:
+                rep, graph, vectors, _ = process_file(file, doc_id, job)
             report.documents.append(rep)
-            if result.kind == "skipped":
-                rep.status = "skipped"
+            if rep.status in ("skipped", "failed"):
                 continue
-            if result.document is None:
-                rep.status = "failed"
-                continue
-            graph = _build_one(result.document, rep, index, extractor, vision, caption, offline, max_tokens,
-                               on_failure, build_options)
-            if graph is None:
-                continue
-            with rep.timed("encode"):
-                vectors = encode_document(graph, index.encoders) if index.encoders is not None else {}
-            # decoded images are not persisted; holding them in the index's in-memory graphs would
-            # keep every page image of the run alive (file paths are kept: they cost nothing)
-            graph.pixels = {k: v for k, v in graph.pixels.items() if isinstance(v, (str, os.PathLike))}
             batch.append((rep, graph, vectors))
             in_batch.add(doc_id)
             if len(batch) >= batch_size:
@@ -227,26 +253,104 @@ def ingest(index: KnowledgeIndex, source: str | os.PathLike | Sequence[str | os.
             _commit(index, batch)
     finally:
         bar.close()
+        if own_worker:
+            worker.close()
     report.seconds = time.perf_counter() - t_start
     return report
 
 
-def _listing(source, options: dict) -> list[tuple[Path, str, Callable[[], ReadResult]]]:
-    """``(file, doc_id, read)`` for every file of `source`, in order; nothing is read yet, so that
-    documents already in the index cost no reading."""
+@dataclass
+class Job:
+    """What processing one file needs besides the file: reader options, encoders, hooks and the
+    build settings of one :func:`ingest` call (an isolated worker rebuilds it from its task)."""
+    reader_options: dict
+    encoders: object
+    extractor: object = None
+    vision: object = None
+    caption: object = None
+    max_tokens: int = 1200
+    on_failure: str = "offline"
+    build_options: dict = field(default_factory=dict)
+    offline: CooccurrenceExtractor = field(default_factory=CooccurrenceExtractor)
+
+
+def process_file(file: Path, doc_id: str, job: Job):
+    """Reads, builds and encodes one file: ``(report, graph, vectors, error)``.
+
+    ``graph`` and ``vectors`` are None unless ``report.status`` is ``pending`` (ready to commit).
+    An exception of any step (a reader, a hook, the builder, an encoder running out of memory)
+    is recorded in the report as that step's failure and returned as ``error``; only
+    interrupts (KeyboardInterrupt, SystemExit) propagate.
+    """
+    phase, rep = "read", DocumentReport(str(file), doc_id, kind_by_name(Path(file).name) or "")
+    try:
+        result = read_path(file, doc_id=doc_id, **job.reader_options)
+        rep = _report_of(result)
+        if result.kind == "skipped":
+            rep.status = "skipped"
+            return rep, None, None, None
+        if result.document is None:
+            rep.status = "failed"
+            return rep, None, None, None
+        phase = "build"
+        graph = _build_one(result.document, rep, job.extractor, job.vision, job.caption, job.offline,
+                           job.max_tokens, job.on_failure, job.build_options)
+        if graph is None:
+            return rep, None, None, None
+        phase = "encode"
+        with rep.timed("encode"):
+            vectors = encode_document(graph, job.encoders) if job.encoders is not None else {}
+        # decoded images are not persisted; holding them in the index's in-memory graphs would
+        # keep every page image of the run alive (file paths are kept: they cost nothing)
+        graph.pixels = {k: v for k, v in graph.pixels.items() if isinstance(v, (str, os.PathLike))}
+        return rep, graph, vectors, None
+    except Exception as exc:  # one file's failure (MemoryError included) must not end the batch
+        rep.status = "failed"
+        rep.failures.append(f"{phase}: {type(exc).__name__}" + (f": {exc}" if str(exc) else ""))
+        return rep, None, None, exc
+
+
+def _worker_for(isolate, index: KnowledgeIndex):
+    """``(worker or None, whether this call owns it)`` for the ``isolate`` argument."""
+    from .isolate import FileWorker, Isolation
+
+    if isolate is False or isolate is None:
+        return None, False
+    if isolate is True:
+        return FileWorker(Isolation(), index.encoders), True
+    if isinstance(isolate, Isolation):
+        return FileWorker(isolate, index.encoders), True
+    if isinstance(isolate, FileWorker):
+        isolate.check_encoders(index.encoders)
+        return isolate, False
+    raise TypeError(f"isolate: expected a bool, an Isolation or a FileWorker, got {type(isolate).__name__}")
+
+
+def _over_size(file: Path, max_file_mb: float | None) -> str | None:
+    """Why `file` is too large to read (its size and the limit), or None."""
+    if max_file_mb is None:
+        return None
+    try:
+        size = file.stat().st_size
+    except OSError:
+        return None  # the reader reports a file it cannot stat
+    if size <= max_file_mb * 2**20:
+        return None
+    return (f"not read: the file is {size / 2**20:,.2f} MiB ({size:,} bytes), over the limit of {max_file_mb:g} MiB "
+            f"(max_file_mb / --max-file-mb)")
+
+
+def _listing(source) -> list[tuple[Path, str, str | None]]:
+    """``(file, doc_id, skip reason or None)`` for every file of `source`, in order; nothing is
+    read yet, so that documents already in the index cost no reading."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
-            out = []
-            for rel in _walk(path, True, False):
-                file, doc_id = path / rel, rel.as_posix()
-                reason = _skip_reason(file, rel, False)
-                out.append((file, doc_id, _skipped(file, doc_id, reason) if reason is not None
-                            else _reader(file, doc_id, options)))
-            return out
+            return [(path / rel, rel.as_posix(), _skip_reason(path / rel, rel, False))
+                    for rel in _walk(path, True, False)]
         if not path.exists():
             raise ValueError(f"source: no such file or folder: {path}")
-        return [(path, path.name, _reader(path, path.name, options))]
+        return [(path, path.name, None)]
     if isinstance(source, Iterable) and not isinstance(source, bytes):
         paths = list(source)
         for i, p in enumerate(paths):
@@ -257,20 +361,8 @@ def _listing(source, options: dict) -> list[tuple[Path, str, Callable[[], ReadRe
         if dup is not None:
             raise ValueError(f"source: two files are named {dup!r}; document ids (file names) must be unique "
                              f"(ingest their folder instead: ids are then relative paths)")
-        return [(Path(p), Path(p).name, _reader(Path(p), Path(p).name, options)) for p in paths]
+        return [(Path(p), Path(p).name, None) for p in paths]
     raise TypeError(f"source: expected a folder, a file or a sequence of files, got {type(source).__name__}")
-
-
-def _reader(path: Path, doc_id: str, options: dict) -> Callable[[], ReadResult]:
-    return lambda: read_path(path, doc_id=doc_id, **options)
-
-
-def _skipped(path: Path, doc_id: str, reason: str) -> Callable[[], ReadResult]:
-    def read() -> ReadResult:
-        result = ReadResult(path, doc_id, "skipped")
-        result.issue(reason, "skip")
-        return result
-    return read
 
 
 def _report_of(result: ReadResult) -> DocumentReport:
@@ -279,10 +371,11 @@ def _report_of(result: ReadResult) -> DocumentReport:
                          text_layer_pages=s.text_layer_pages, ocr_pages=s.ocr_pages, seconds=dict(s.seconds))
     rep.failures += [f"read: {i.message}" for i in result.issues if i.severity == "error"]
     rep.warnings += sum(i.severity == "warning" for i in result.issues)
+    rep.notes += [i.message for i in result.issues if i.severity == "warning"]
     return rep
 
 
-def _build_one(doc: DocumentInput, rep: DocumentReport, index, extractor, vision, caption, offline, max_tokens: int,
+def _build_one(doc: DocumentInput, rep: DocumentReport, extractor, vision, caption, offline, max_tokens: int,
                on_failure: str, build_options: dict):
     """Hooks + graph for one read document; None (status failed) when the graph cannot be built."""
     try:
@@ -418,9 +511,16 @@ def _call(fn, rep: DocumentReport, what: str, *args, **kwargs):
 
 
 def _commit(index: KnowledgeIndex, batch) -> None:
-    index.add_documents([g for _, g, _ in batch], [v for _, _, v in batch])
+    try:
+        index.add_documents([g for _, g, _ in batch], [v for _, _, v in batch])
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # what the CLI can tell the user: at least this batch's vectors had to be written
+            exc.needed_bytes = sum(iv.values.numel() * iv.values.element_size() + iv.offsets.numel() * 8
+                                   for _, _, v in batch for iv in v.values())
+        raise
     for rep, _, _ in batch:
         rep.status = "added"
 
 
-__all__ = ["MAX_MATCH_ENTITIES", "ON_FAILURE", "DocumentReport", "IngestReport", "ingest"]
+__all__ = ["MAX_MATCH_ENTITIES", "ON_FAILURE", "DocumentReport", "IngestReport", "Job", "ingest", "process_file"]

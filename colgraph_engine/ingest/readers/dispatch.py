@@ -6,12 +6,23 @@ unknown (magic bytes: ``%PDF-`` within the first KiB, the PNG signature, JPEG's 
 relative-path order, with the relative POSIX path as the document id; sidecars of images,
 hidden files and folders, and unknown suffixes come back as ``kind == "skipped"`` results with
 a ``skip`` issue. Nothing a file contains makes these functions raise; bad *arguments* do.
+
+Besides the readers' own keywords, dispatch takes ``max_pages`` (an int >= 1 or None): a PDF
+with more pages is read from a copy holding only its first ``max_pages`` pages (PDFium copies
+them without rendering anything), with a warning naming how many pages were left out, so that
+one very long PDF costs bounded time and memory; its metadata title is kept. Likewise
+``max_text_mb`` (a number > 0 or None): of a text or Markdown file larger than that many MiB only
+the first ones are read (cut back to the last whitespace or character boundary before the limit),
+with a warning: a document's vectors grow with its text (a 50 MB one-line Markdown file held
+1.7 GB of hashing vectors alone), so one huge text file must not take the build's memory.
 """
 from __future__ import annotations
 
 import inspect
 import os
+import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from .image import IMAGE_SUFFIXES, MAX_IMAGE_PIXELS, SIDECAR_ENDINGS, read_image
@@ -24,6 +35,10 @@ from .text import MARKDOWN_SUFFIXES, TEXT_SUFFIXES, read_text
 READERS = {"pdf": read_pdf, "image": read_image, "text": read_text, "records": read_records}
 _OPTIONS = {kind: {name for name, p in inspect.signature(f).parameters.items()
                    if p.kind == p.KEYWORD_ONLY and name != "doc_id"} for kind, f in READERS.items()}
+# the PDF options read_pdf's argument check takes (its keyword-only ones have defaults there)
+_PDF_CHECKED = set(inspect.signature(_check_pdf_args).parameters)
+# options of dispatch itself, not passed to a reader
+DISPATCH_OPTIONS = ("max_pages", "max_text_mb")
 # Sidecar endings that are never documents of their own (a bare ".txt" is a sidecar only next
 # to an image with the same stem).
 _SIDECAR_ONLY = tuple(e for e in SIDECAR_ENDINGS if e != ".txt")
@@ -64,17 +79,24 @@ def kind_by_content(path: Path) -> str | None:
 
 def check_options(options: dict) -> None:
     """TypeError / ValueError naming the option unless every reader option is known and usable."""
-    known = set().union(*_OPTIONS.values())
+    known = set().union(*_OPTIONS.values(), DISPATCH_OPTIONS)
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"unknown reader option(s) {unknown}; known: {sorted(known)}")
     pdf = {"ocr": None, "scale": 1.0, "ocr_scale": None, "min_text_chars": 20, "sections": "headings",
            "render_pages": True, "extract_images": True, "progress": False}
-    pdf.update({k: v for k, v in options.items() if k in pdf})
+    pdf.update({k: v for k, v in options.items() if k in _PDF_CHECKED})
     _check_pdf_args(**pdf)
     max_pixels = options.get("max_pixels", MAX_IMAGE_PIXELS)
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
         raise ValueError(f"max_pixels: expected an int >= 1, got {max_pixels!r}")
+    max_pages = options.get("max_pages")
+    if max_pages is not None and (isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1):
+        raise ValueError(f"max_pages: expected an int >= 1 or None, got {max_pages!r}")
+    max_text_mb = options.get("max_text_mb")
+    if max_text_mb is not None and (isinstance(max_text_mb, bool) or not isinstance(max_text_mb, (int, float))
+                                    or not 0 < max_text_mb < float("inf")):
+        raise ValueError(f"max_text_mb: expected a finite number > 0 or None, got {max_text_mb!r}")
     for name in ("sidecars",):
         if name in options and not isinstance(options[name], bool):
             raise TypeError(f"{name}: expected bool, got {type(options[name]).__name__}")
@@ -88,6 +110,7 @@ def read_path(path: str | os.PathLike, *, doc_id: str | None = None, **options) 
     ``options`` are the readers' keyword arguments (``ocr``, ``render_pages``, ``scale``,
     ``ocr_scale``, ``extract_images``, ``min_text_chars``, ``sections``, ``progress``,
     ``max_pixels``, ``sidecars``, ``markdown``); each reader takes the ones it knows.
+    ``max_pages`` limits the pages read of a PDF (see the module docstring).
     """
     check_options(options)
     path, doc_id = resolve(path, doc_id)
@@ -107,13 +130,102 @@ def _read(path: Path, doc_id: str, options: dict) -> ReadResult:
         result.issue(f"unknown file type {path.suffix or '(no suffix)'!r}; skipped", "skip")
         return result
     reader = READERS[kind]
+    kwargs = {k: v for k, v in options.items() if k in _OPTIONS[kind]}
     try:
-        result = reader(path, doc_id=doc_id, **{k: v for k, v in options.items() if k in _OPTIONS[kind]})
+        if kind == "pdf" and options.get("max_pages") is not None:
+            result = _read_pdf_pages(path, doc_id, options["max_pages"], kwargs)
+        elif kind == "text" and options.get("max_text_mb") is not None:
+            result = _read_text_head(path, doc_id, options["max_text_mb"], kwargs)
+        else:
+            result = reader(path, doc_id=doc_id, **kwargs)
     except Exception as e:  # a reader bug must not abort a batch; report it against the file
         result = ReadResult(path, doc_id, kind)
         result.fail(f"unexpected error while reading ({type(e).__name__}: {e})")
     if note is not None:
         result.issues.insert(0, ReadIssue(doc_id, note, "warning"))
+    return result
+
+
+def _read_pdf_pages(path: Path, doc_id: str, max_pages: int, kwargs: dict) -> ReadResult:
+    """``read_pdf`` of the first `max_pages` pages of `path` (the whole file when it has no more)."""
+    import pypdfium2 as pdfium
+
+    try:
+        src = pdfium.PdfDocument(path)
+    except pdfium.PdfiumError:
+        return READERS["pdf"](path, doc_id=doc_id, **kwargs)  # the reader says why it cannot open it
+    try:
+        n_pages = len(src)
+        if n_pages <= max_pages:
+            src.close()
+            src = None
+            return READERS["pdf"](path, doc_id=doc_id, **kwargs)
+        try:
+            title = " ".join((src.get_metadata_value("Title") or "").split())
+        except Exception:  # metadata is optional
+            title = ""
+        head = pdfium.PdfDocument.new()
+        try:
+            head.import_pages(src, list(range(max_pages)))
+            with tempfile.TemporaryDirectory(prefix="colgraph-pages-") as tmp:
+                copy = Path(tmp) / path.name
+                head.save(copy)
+                head.close()
+                head = None
+                result = READERS["pdf"](copy, doc_id=doc_id, **kwargs)
+        finally:
+            if head is not None:
+                head.close()
+    finally:
+        if src is not None:
+            src.close()
+    result.file = path
+    if result.document is not None and title:
+        result.document = replace(result.document, title=title)
+    result.issue(f"read only the first {max_pages} of {n_pages} pages (max_pages); pages {max_pages + 1}-{n_pages} "
+                 "were not read", "warning")
+    return result
+
+
+def text_head(data: bytes, limit: int) -> bytes:
+    """The first at most `limit` bytes of encoded text `data`, cut where no word or character is
+    split: after the last whitespace byte of the final 4 KiB when there is one, else before a
+    UTF-8 lead byte (UTF-16 with a byte-order mark: at an even length)."""
+    if len(data) <= limit:
+        return data
+    head = data[:limit]
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return head[:len(head) & ~1]
+    cut = max(head.rfind(c, max(0, limit - 4096)) for c in (b" ", b"\n", b"\t", b"\r"))
+    if cut > 0:
+        return head[:cut + 1]
+    end = limit
+    while end > 0 and (head[end - 1] & 0xC0) == 0x80:  # continuation bytes of a split character
+        end -= 1
+    if end > 0 and head[end - 1] >= 0xC0:  # its lead byte
+        end -= 1
+    return head[:end]
+
+
+def _read_text_head(path: Path, doc_id: str, max_text_mb: float, kwargs: dict) -> ReadResult:
+    """``read_text`` of the first `max_text_mb` MiB of `path` (the whole file when it is smaller)."""
+    limit = int(max_text_mb * (1 << 20))
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    if size <= limit:
+        return READERS["text"](path, doc_id=doc_id, **kwargs)  # also says why a missing file cannot be read
+    with open(path, "rb") as f:
+        data = text_head(f.read(limit + 1), limit)
+    with tempfile.TemporaryDirectory(prefix="colgraph-text-") as tmp:
+        copy = Path(tmp) / path.name
+        copy.write_bytes(data)
+        del data
+        result = READERS["text"](copy, doc_id=doc_id, **kwargs)
+    result.file = path
+    result.issue(f"read only the first {max_text_mb:g} MiB of {size / (1 << 20):.3g} MiB (max_text_mb); the rest "
+                 "of the text was not read", "warning")
     return result
 
 
