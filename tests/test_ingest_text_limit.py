@@ -40,3 +40,16 @@ def test_bad_limits_are_refused_naming_the_option(tmp_path, bad):
     (tmp_path / "a.txt").write_text("hello world")
     with pytest.raises(ValueError, match="max_text_mb"):
         read_path(tmp_path / "a.txt", max_text_mb=bad)
+
+
+def test_a_pdf_stops_at_the_page_whose_text_passes_the_limit(tmp_path):
+    from .test_eval_datasets import write_text_pdf
+
+    texts = [f"Page {i} " + "lorem ipsum dolor sit amet " * 20 for i in range(1, 11)]  # ~550 chars a page
+    path = write_text_pdf(tmp_path / "many.pdf", texts, size=(4000, 200))
+    limited = read_path(path, render_pages=False, max_text_mb=1200 / MiB)  # ~1,200 characters
+    assert [s.page for s in limited.document.sections] == [1, 2, 3]
+    assert any("read only the first 3 of 10 pages" in i.message and i.severity == "warning" for i in limited.issues)
+    whole = read_path(path, render_pages=False, max_text_mb=1)
+    assert [s.page for s in whole.document.sections] == list(range(1, 11))
+    assert not any("max_text" in i.message for i in whole.issues)

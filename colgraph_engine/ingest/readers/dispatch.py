@@ -14,7 +14,8 @@ one very long PDF costs bounded time and memory; its metadata title is kept. Lik
 ``max_text_mb`` (a number > 0 or None): of a text or Markdown file larger than that many MiB only
 the first ones are read (cut back to the last whitespace or character boundary before the limit),
 with a warning: a document's vectors grow with its text (a 50 MB one-line Markdown file held
-1.7 GB of hashing vectors alone), so one huge text file must not take the build's memory.
+1.7 GB of hashing vectors alone), so one huge text file must not take the build's memory. A PDF
+stops at the page whose text passes that many characters (``read_pdf``'s ``max_text_chars``).
 """
 from __future__ import annotations
 
@@ -132,6 +133,8 @@ def _read(path: Path, doc_id: str, options: dict) -> ReadResult:
     reader = READERS[kind]
     kwargs = {k: v for k, v in options.items() if k in _OPTIONS[kind]}
     try:
+        if kind == "pdf" and options.get("max_text_mb") is not None:
+            kwargs["max_text_chars"] = int(options["max_text_mb"] * (1 << 20))
         if kind == "pdf" and options.get("max_pages") is not None:
             result = _read_pdf_pages(path, doc_id, options["max_pages"], kwargs)
         elif kind == "text" and options.get("max_text_mb") is not None:

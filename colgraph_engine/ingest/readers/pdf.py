@@ -127,7 +127,7 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
              render_pages: bool = True, scale: float = 1.0, ocr_scale: float | None = None,
              extract_images: bool = True, min_text_chars: int = 20, sections: str = "headings",
              progress: bool = False, max_page_pixels: int = MAX_PAGE_PIXELS,
-             image_dir: str | os.PathLike | None = None) -> ReadResult:
+             image_dir: str | os.PathLike | None = None, max_text_chars: int | None = None) -> ReadResult:
     """Reads one PDF (see the module docstring for what becomes what).
 
     Args:
@@ -146,12 +146,19 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
             larger page is drawn at a smaller scale, with a warning.
         image_dir: the folder in which the document's temporary image folder is made (default:
             the system temporary folder).
+        max_text_chars: stop after the page whose text brings the document past this many
+            characters (None: read every page), with a warning naming the pages left out: a
+            document's vectors grow with its text, so a text-dense PDF of thousands of pages must
+            not take the build's memory (``max_text_mb`` of :func:`~.dispatch.read_path`).
 
     Returns a :class:`ReadResult`; an encrypted, corrupt or empty file gives an error issue and
     no document. A page that fails alone is reported and left out; the rest is read.
     """
     _check_args(ocr, scale, ocr_scale, min_text_chars, sections, render_pages, extract_images, progress,
                 max_page_pixels=max_page_pixels, image_dir=image_dir)
+    if max_text_chars is not None and (isinstance(max_text_chars, bool) or not isinstance(max_text_chars, int)
+                                       or max_text_chars < 1):
+        raise ValueError(f"max_text_chars: expected an int >= 1 or None, got {max_text_chars!r}")
     path, doc_id = resolve(path, doc_id)
     result = ReadResult(path, doc_id, "pdf")
     if not check_file(result):
@@ -184,14 +191,21 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None, ocr: Callabl
         if progress:
             from tqdm.auto import tqdm
             bar = tqdm(total=n_pages, desc=doc_id, unit="page", leave=False)
+        chars = 0
         for number in range(1, n_pages + 1):
             try:
                 pages.append(_read_page(doc, number, doc_id, result, ocr=ocr, render=render_pages, how=render,
                                         extract=extract_images, min_text_chars=min_text_chars))
+                chars += len(pages[-1].text)
             except Exception as e:  # one bad page must not lose the document
                 result.issue(f"page {number} not read ({type(e).__name__}: {e})")
             if bar is not None:
                 bar.update()
+            if max_text_chars is not None and chars > max_text_chars and number < n_pages:
+                result.issue(f"read only the first {number} of {n_pages} pages: their text reached {chars} "
+                             f"characters, over max_text_chars = {max_text_chars} (max_text_mb); pages "
+                             f"{number + 1}-{n_pages} were not read", "warning")
+                break
         title = _metadata_title(doc)
     finally:
         if bar is not None:
