@@ -21,6 +21,12 @@ if ! pkg-config --exists igraph 2>/dev/null || ! command -v cmake >/dev/null || 
   $sudo_cmd apt-get update -qq
   $sudo_cmd apt-get install -y -qq libigraph-dev pkg-config cmake g++ >/dev/null
 fi
+# --test: headless Chromium for the web page's browser tests (tests/test_web_page.py)
+if [[ "$extras" == *test* ]] && ! command -v chromium >/dev/null; then
+  { $sudo_cmd apt-get update -qq &&
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; } ||
+    echo "setup: chromium could not be installed; the browser tests will skip (install it, or set COLGRAPH_CHROMIUM)" >&2
+fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)

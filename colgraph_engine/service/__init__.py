@@ -7,7 +7,10 @@
 One module per job: ``app`` (routes and status codes), ``models`` (request/response bodies, the
 OpenAPI schema), ``batcher`` (dynamic batching, back-pressure, draining), ``state`` (index
 snapshots for readers, the writer's index), ``writer`` (uploads and removals, one at a time),
-``guards`` (body limits, bearer token, request metrics), ``metrics`` (Prometheus text format).
+``guards`` (body limits, bearer token, request metrics), ``metrics`` (Prometheus text format),
+``views`` (what the web page reads: document lists, bounded neighbourhoods, thumbnails, a
+query's drawn subgraph). ``static/`` is the web page itself (``/`` and ``/ui/documents``: plain
+HTML, CSS and JavaScript modules, no build step, nothing loaded from elsewhere).
 Needs the ``serve`` extra (fastapi, uvicorn, python-multipart).
 """
 from .app import ServiceConfig, create_app

@@ -3,8 +3,13 @@
     POST   /query              one question (JSON; image as base64)              -> QueryResponse
     POST   /query/form         one question (multipart: fields + image file)     -> QueryResponse
     POST   /query/batch        several questions (JSON)                          -> BatchQueryResponse
+    GET    /documents          the documents with their counts, paged            -> DocumentListResponse
     POST   /documents          upload files (multipart ``files``), ingested      -> DocumentsResponse
     DELETE /documents/{doc_id} remove a document                                 -> RemovedResponse
+    GET    /documents/{doc_id}/graph   a bounded neighbourhood of one node       -> DocumentGraphResponse
+    GET    /documents/{doc_id}/nodes   the document's nodes, filtered and paged  -> NodeListResponse
+    GET    /documents/{doc_id}/image   an image as a JPEG thumbnail (?ref=&size=)
+    GET    /  and  /ui/documents       the web page (static files under /static/; see static/)
     GET    /health             liveness, generation, documents (never needs the token)
     GET    /info               index counts, encoders, backends, defaults, limits
     GET    /metrics            Prometheus text format (see metrics.py)
@@ -20,6 +25,11 @@ field; 429 queue (or writer queue) full, with Retry-After; 503 shutting down, wi
 space free); 500 an unexpected failure of that query only. No answer names an absolute server
 path (``/info`` gives the index folder's name).
 
+The web page (``/``, ``/ui/documents``, ``/static/...``) is plain HTML, CSS and JavaScript
+shipped in the package; it holds nothing of the index, so it is served without the token, and
+reads everything through the JSON routes above with the token the user gives it. A query with
+``"view": true`` also gets the subgraph described for drawing (see :mod:`.views`).
+
 CORS is off unless origins are given. Writes go through :class:`~.writer.IndexWriter`; queries
 through :class:`~.batcher.DynamicBatcher` over :class:`~.state.IndexState`'s current snapshot.
 """
@@ -34,6 +44,7 @@ import logging
 import math
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -41,23 +52,40 @@ try:
     import orjson
 except ImportError:  # optional: the standard library's json gives the same output, slower
     orjson = None
-from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi import FastAPI, File, Form, HTTPException, Query as Param, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from ..kg import Encoders, IndexConflictError, KnowledgeIndex
 from ..pipeline import PipelineConfig, Query
+from . import views
 from .batcher import Answered, DynamicBatcher, QueueFull, ShuttingDown
 from .guards import BearerToken, BodyLimit, RequestMetrics
 from .metrics import CONTENT_TYPE, ServiceMetrics
-from .models import (SERVICE_CAPS, BatchQueryRequest, BatchQueryResponse, ConfigOverrides, DocumentsResponse,
-                     ErrorResponse, HealthResponse, QueryRequest, QueryResponse, RemovedResponse)
+from .models import (_CHOICES, SERVICE_CAPS, VIEW_CAPS, BatchQueryRequest, BatchQueryResponse, ConfigOverrides,
+                     DocumentGraphResponse, DocumentListResponse, DocumentsResponse, ErrorResponse, HealthResponse,
+                     NodeListResponse, QueryRequest, QueryResponse, RemovedResponse)
 from .state import IndexState
 from .writer import DiskFull, IndexWriter, ReadOnly, WriterBusy
 
 MiB = 1 << 20
 log = logging.getLogger("colgraph_engine")
+STATIC = Path(__file__).resolve().parent / "static"  # the web page: shipped in the package, no build step
+PAGE_PATHS = ("/", "/ui/documents")  # each serves static/index.html, which picks its view from the path
+# the page runs only its own files: no inline script, nothing from elsewhere, never framed
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache",
+}
+
+
+def _cap(name: str, **kw):
+    lo, hi, default = VIEW_CAPS[name]
+    return Param(default, ge=lo, le=hi, **kw)
 
 
 @dataclass(frozen=True)
@@ -86,6 +114,9 @@ class ServiceConfig:
     ``reload_interval_s``: how often the index directory is checked for commits made by other
     processes (one ``stat`` of the manifest), which are then served; 0 turns it off.
     ``cors_origins``: allowed origins (empty: no CORS headers at all).
+    ``media_roots``: folders where documents' own files are looked for by document id (the
+    folder given to ``colgraph index add``), so the web page can show PDF pages and their images
+    as thumbnails; uploaded documents are found in their upload folders without it.
     """
     max_batch: int = 32
     max_wait_ms: float = 0.0
@@ -101,6 +132,7 @@ class ServiceConfig:
     reload_interval_s: float = 2.0
     token: str | None = None
     cors_origins: tuple[str, ...] = ()
+    media_roots: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("max_batch", "queue_size", "max_query_bytes", "max_upload_bytes", "max_batch_queries",
@@ -119,6 +151,8 @@ class ServiceConfig:
             raise ValueError("token: expected None or a non-empty string")
         if not isinstance(self.cors_origins, tuple) or not all(isinstance(o, str) and o for o in self.cors_origins):
             raise TypeError(f"cors_origins: expected a tuple of origin strings, got {self.cors_origins!r}")
+        if not isinstance(self.media_roots, tuple) or not all(isinstance(r, str) and r for r in self.media_roots):
+            raise TypeError(f"media_roots: expected a tuple of folder paths, got {self.media_roots!r}")
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -386,7 +420,20 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
             return 422, str(exc)
         return 500, f"{type(exc).__name__}: {exc}"
 
-    async def answer_one(q, cfg) -> Response:
+    async def viewed(answered: Answered) -> bytes:
+        """The answer's bytes with ``"view"`` added (described in a worker thread, on the snapshot
+        the query ran on); a description that fails leaves ``"view": null`` and a log line."""
+        body = answer_bytes(answered)
+        snap = getattr(answered.result, "served_by", None) or state.snapshot
+        try:
+            described = await run_in_threadpool(views.describe_view, snap, answered.result,
+                                                VIEW_CAPS["graph_limit"][2], VIEW_CAPS["graph_edges"][2])
+        except Exception as exc:
+            log.warning("colgraph serve: cannot describe a query's subgraph (%s: %s)", type(exc).__name__, exc)
+            described = None
+        return body[:-1] + b',"view":' + json_bytes(described) + b"}"
+
+    async def answer_one(q, cfg, view: bool = False) -> Response:
         """One query through the batcher: 429/503 when refused, its own failure as 422/500."""
         try:
             fut = batcher.enqueue([(q, cfg)])[0]
@@ -397,19 +444,21 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         except Exception as exc:
             code, msg = failure(exc)
             raise HTTPException(code, msg) from None
-        return Response(answer_bytes(answered), media_type="application/json")
+        body = await viewed(answered) if view else answer_bytes(answered)
+        return Response(body, media_type="application/json")
 
     # -- queries ----------------------------------------------------------------------------
     @app.post("/query", response_model=QueryResponse, responses=errors, tags=["query"])
     async def query(req: QueryRequest):
         """Runs one question through the pipeline (batched with concurrent requests)."""
         [(q, cfg)] = prepare_all([req], [""])
-        return await answer_one(q, cfg)
+        return await answer_one(q, cfg, req.view)
 
     @app.post("/query/form", response_model=QueryResponse, responses=errors, tags=["query"])
     async def query_form(question: str = Form(..., max_length=8192), caption: str = Form("", max_length=8192),
                          config: str | None = Form(None, description="ConfigOverrides as JSON text"),
-                         answer: bool = Form(False), image: UploadFile | None = File(None)):
+                         answer: bool = Form(False), view: bool = Form(False),
+                         image: UploadFile | None = File(None)):
         """The same as ``POST /query`` with the image as a multipart file."""
         overrides = None
         if config:
@@ -423,7 +472,7 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
                                   PixelBudget(service.max_request_pixels))
         q = make_query(question, caption, pixels, "")
         cfg = config_for(overrides, answer, "")
-        return await answer_one(q, cfg)
+        return await answer_one(q, cfg, view)
 
     @app.post("/query/batch", response_model=BatchQueryResponse, responses=errors, tags=["query"])
     async def query_batch(req: BatchQueryRequest):
@@ -437,15 +486,76 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         except (QueueFull, ShuttingDown) as exc:
             refuse(exc)
         items = []
-        for fut in futures:
+        for fut, r in zip(futures, req.queries):
             try:
-                items.append(b'{"status":200,"result":' + answer_bytes(await fut) + b"}")
+                answered = await fut
+                items.append(b'{"status":200,"result":' + (await viewed(answered) if r.view else answer_bytes(answered))
+                             + b"}")
             except Exception as exc:
                 code, msg = failure(exc)
                 items.append(json_bytes({"status": code, "error": msg}))
         return Response(b'{"results":[' + b",".join(items) + b"]}", media_type="application/json")
 
     # -- documents --------------------------------------------------------------------------
+    def document_graph(doc_id: str):
+        """(snapshot, adjacency) of a document (404 when the served snapshot has none)."""
+        snap = state.snapshot
+        if doc_id not in snap.index:
+            raise HTTPException(404, f"doc_id: no document {doc_id!r} in the index")
+        return snap, views.adjacency(snap, doc_id)
+
+    @app.get("/documents", response_model=DocumentListResponse, responses=errors, tags=["documents"])
+    def list_documents(offset: int = Param(0, ge=0), limit: int = _cap("documents_limit")):
+        """The index's documents (insertion order) with their titles and counts, one page at a time."""
+        snap = state.snapshot
+        return Response(json_bytes(views.document_rows(snap.index, offset, limit) | {"generation": snap.generation}),
+                        media_type="application/json")
+
+    @app.get("/documents/{doc_id:path}/graph", response_model=DocumentGraphResponse,
+             responses={**errors, 404: {"model": ErrorResponse}}, tags=["documents"])
+    def graph_of_document(doc_id: str, center: int = Param(0, ge=0, description="local node id (0: the document)"),
+                          hops: int = _cap("graph_hops"), limit: int = _cap("graph_limit"),
+                          max_edges: int = _cap("graph_edges")):
+        """A bounded neighbourhood of node `center` of the document's graph: breadth first within
+        `hops`, at most `limit` nodes (a hop that does not fit keeps its nodes of highest degree)
+        and at most `max_edges` edges among them, so a graph of any size is answered in a page."""
+        snap, adj = document_graph(doc_id)
+        if center >= adj.n:
+            raise HTTPException(422, f"center: expected a node id in [0, {adj.n}), got {center}")
+        body = views.neighbourhood(adj, center, hops, limit, max_edges) | {"generation": snap.generation}
+        return Response(json_bytes(body), media_type="application/json")
+
+    @app.get("/documents/{doc_id:path}/nodes", response_model=NodeListResponse,
+             responses={**errors, 404: {"model": ErrorResponse}}, tags=["documents"])
+    def nodes_of_document(doc_id: str, match: str = Param("", max_length=200, description="part of the name"),
+                          kind: str | None = Param(None, pattern="^(" + "|".join(views.KIND_OF_NAME) + ")$"),
+                          offset: int = Param(0, ge=0), limit: int = _cap("nodes_limit")):
+        """The document's nodes (local ids, ascending) whose name contains `match` (any case) and
+        of `kind`, one page at a time."""
+        snap, adj = document_graph(doc_id)
+        body = views.node_rows(adj, match, kind, offset, limit) | {"generation": snap.generation}
+        return Response(json_bytes(body), media_type="application/json")
+
+    @app.get("/documents/{doc_id:path}/image", responses={**errors, 404: {"model": ErrorResponse},
+                                                           200: {"content": {"image/jpeg": {}}}}, tags=["documents"])
+    def image_of_document(doc_id: str, ref: str = Param(..., min_length=1, max_length=1000),
+                          size: int = _cap("thumbnail_size")):
+        """The document's image `ref` as a JPEG of at most `size` pixels a side (404 when the index
+        keeps no pixels for it). Region boxes are normalised to the image, so they apply to the
+        thumbnail as they are. Headers: ``X-Image-Width`` / ``X-Image-Height`` of the original."""
+        snap = state.snapshot
+        uploads = None if state.path is None else writer.uploads
+        try:
+            data, w, h, w0, h0 = views.thumbnail(snap, doc_id, ref, size, uploads, service.media_roots,
+                                                 service.max_image_pixels)
+        except views.NoPixels as exc:
+            raise HTTPException(404, str(exc)) from None
+        except views.BadImage as exc:
+            raise HTTPException(422, f"ref: {exc}") from None
+        return Response(data, media_type="image/jpeg",
+                        headers={"Cache-Control": "private, max-age=300", "X-Image-Width": str(w0),
+                                 "X-Image-Height": str(h0), "X-Content-Type-Options": "nosniff"})
+
     @app.post("/documents", response_model=DocumentsResponse,
               responses={**errors, 409: {"model": ErrorResponse}, 507: {"model": ErrorResponse}}, tags=["documents"])
     async def add_documents(files: list[UploadFile] = File(..., description="document files and their sidecars")):
@@ -521,7 +631,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
                                                              "triton_importable", "cuda")},
             "pipeline_config": state.default.as_dict(), "generator": state.generator is not None,
             "service": {k: v for k, v in asdict(service).items() if k != "token"} | {"token": service.token is not None},
-            "caps": SERVICE_CAPS,
+            "caps": SERVICE_CAPS, "view_caps": {k: list(v) for k, v in VIEW_CAPS.items()},
+            "choices": {k: list(v) for k, v in _CHOICES.items()},
             "batcher": {"queued": batcher.depth, "batches_run": batcher.batches_run,
                         "largest_batch": batcher.largest_batch}}), media_type="application/json")
 
@@ -530,13 +641,22 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         metrics.queue_depth.set(batcher.depth)
         return PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE)
 
+    # -- the web page -----------------------------------------------------------------------
+    def page():
+        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+
+    for path in PAGE_PATHS:
+        app.add_api_route(path, page, methods=["GET"], include_in_schema=False)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
     # middlewares, innermost first: metrics see every answer (the guards' 401/413 included)
     def limit_for(path: str) -> int:
         return service.max_upload_bytes if path.startswith("/documents") else service.max_query_bytes
 
     app.add_middleware(BodyLimit, limit_for=limit_for)
     if service.token is not None:
-        app.add_middleware(BearerToken, token=service.token)
+        app.add_middleware(BearerToken, token=service.token, open_paths=("/health", *PAGE_PATHS),
+                           open_prefixes=("/static/",))
     if service.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
         app.add_middleware(CORSMiddleware, allow_origins=list(service.cors_origins), allow_methods=["*"],

@@ -111,15 +111,20 @@ class RequestMetrics:
 
 class BearerToken:
     """401 unless ``Authorization: Bearer <token>`` (compared in constant time), for every path
-    but `open_paths`; checked before the body is read, so an unauthenticated upload costs nothing."""
+    but `open_paths` and those under `open_prefixes` (GET and HEAD only there: the web page's
+    static files, which hold nothing of the index); checked before the body is read, so an
+    unauthenticated upload costs nothing."""
 
-    def __init__(self, app, token: str, open_paths=("/health",)):
+    def __init__(self, app, token: str, open_paths=("/health",), open_prefixes=()):
         if not isinstance(token, str) or not token.strip():
             raise ValueError("token: expected a non-empty string")
         self.app, self.expected, self.open_paths = app, token.encode(), frozenset(open_paths)
+        self.open_prefixes = tuple(open_prefixes)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        if scope["type"] != "http" or scope["path"] in self.open_paths or (
+                self.open_prefixes and scope["path"].startswith(self.open_prefixes)
+                and scope.get("method") in ("GET", "HEAD")):
             return await self.app(scope, receive, send)
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
         scheme, _, given = header.partition(b" ")

@@ -29,6 +29,12 @@ _CHOICES = {"recall_side": _cfg.RECALL_SIDES, "recall_ranker": _cfg.RECALL_RANKE
 if hasattr(_cfg, "PREFILTER_MODES"):
     _CHOICES["prefilter_mode"] = _cfg.PREFILTER_MODES
 NOT_OVERRIDABLE = ("only_context",)
+# Caps of the web page's routes (ours): nodes and edges one answer may describe, documents and
+# nodes per page. 300 nodes keep the page's force layout (O(n^2) per step) well under a second.
+VIEW_CAPS: dict[str, tuple[int, int, int]] = {  # name: (low, high, default)
+    "graph_limit": (1, 1000, 300), "graph_hops": (0, 3, 2), "graph_edges": (1, 5000, 1500),
+    "documents_limit": (1, 1000, 200), "nodes_limit": (1, 500, 100), "thumbnail_size": (16, 1024, 320),
+}
 
 
 def _override_field(f: dataclasses.Field):
@@ -70,6 +76,8 @@ class QueryRequest(BaseModel):
     image_base64: Optional[StrictStr] = None
     config: Optional[ConfigOverrides] = None  # type: ignore[valid-type]
     answer: StrictBool = False
+    view: StrictBool = Field(False, description="also describe the subgraph for drawing (at most 300 nodes, the "
+                                                "edges among them) and the pages of the cited segments: ``view``")
 
 
 class BatchQueryRequest(BaseModel):
@@ -126,6 +134,10 @@ class QueryResponse(BaseModel):
     counts: dict[str, dict[str, Any]]
     notes: list[str]
     batch: BatchInfo
+    view: Optional[dict[str, Any]] = Field(None, description="only when asked for (``view: true``): ``nodes`` (id as "
+                                           "in subgraph.nodes, doc_id, local, kind, name, type, text, hop, role: seed / "
+                                           "expanded / visual / context, visual_rank), ``edges`` (src, dst, kind, label), "
+                                           "``truncated``, ``pages`` {doc_id: {segment: [page, ...]}}")
 
 
 class BatchItem(BaseModel):
@@ -171,10 +183,73 @@ class HealthResponse(BaseModel):
     documents: int
 
 
+class DocumentRow(BaseModel):
+    doc_id: str
+    title: str
+    counts: dict[str, int]
+
+
+class DocumentListResponse(BaseModel):
+    """One page of the index's documents (insertion order)."""
+    documents: list[DocumentRow]
+    total: int
+    offset: int
+    limit: int
+    generation: int
+
+
+class GraphNode(BaseModel):
+    id: int
+    kind: str
+    name: str
+    type: str
+    degree: int
+    text: Optional[str] = None
+    hop: Optional[int] = None
+    hidden: Optional[int] = None
+    bbox: Optional[list[float]] = None
+    image: Optional[str] = None
+
+
+class GraphEdge(BaseModel):
+    id: int
+    src: int
+    dst: int
+    kind: str
+    label: str
+    text: str
+
+
+class DocumentGraphResponse(BaseModel):
+    """A bounded neighbourhood of one node of a document's graph (local node ids): breadth first
+    from ``center`` within ``hops``, at most ``limit`` nodes; ``truncated`` when more lie beyond.
+    ``hidden``: a node's incident edges that are not drawn."""
+    doc_id: str
+    title: str
+    counts: dict[str, int]
+    center: int
+    hops: int
+    limit: int
+    truncated: bool
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    generation: int
+
+
+class NodeListResponse(BaseModel):
+    doc_id: str
+    total: int
+    offset: int
+    limit: int
+    nodes: list[GraphNode]
+    generation: int
+
+
 class ErrorResponse(BaseModel):
     detail: Any
 
 
-__all__ = ["BatchInfo", "BatchItem", "BatchQueryRequest", "BatchQueryResponse", "ConfigOverrides", "DocumentHit",
-           "DocumentReportModel", "DocumentsResponse", "ErrorResponse", "HealthResponse", "ImageHitModel",
-           "QueryRequest", "QueryResponse", "RemovedResponse", "SERVICE_CAPS"]
+__all__ = ["BatchInfo", "BatchItem", "BatchQueryRequest", "BatchQueryResponse", "ConfigOverrides", "DocumentGraphResponse",
+           "DocumentHit", "DocumentListResponse", "DocumentReportModel", "DocumentRow", "DocumentsResponse",
+           "ErrorResponse", "GraphEdge", "GraphNode", "HealthResponse", "ImageHitModel", "NodeListResponse",
+           "QueryRequest", "QueryResponse", "RemovedResponse", "SERVICE_CAPS", "VIEW_CAPS"]

@@ -52,6 +52,9 @@ class Snapshot:
         self.stamp: tuple | None = None  # manifest_stamp taken before the index was opened
         self._pipelines: OrderedDict[PipelineConfig, Pipeline] = OrderedDict()
         self._lock = threading.Lock()
+        # what the web page's routes derive from this snapshot (adjacency, thumbnails: views.py)
+        self.view_cache: dict[str, OrderedDict] = {}
+        self.view_lock = threading.Lock()
 
     def pipeline(self, config: PipelineConfig) -> Pipeline:
         with self._lock:
@@ -107,8 +110,13 @@ class IndexState:
         return self.path is not None
 
     def run_batch(self, config: PipelineConfig, queries: list[Query]) -> list[Result]:
-        """``retrieve_batch`` on the snapshot current when the call starts."""
-        return self.snapshot.pipeline(config).retrieve_batch(queries)
+        """``retrieve_batch`` on the snapshot current when the call starts. Each result keeps that
+        snapshot as ``served_by`` (the answer's ``view`` describes its nodes there)."""
+        snap = self.snapshot
+        results = snap.pipeline(config).retrieve_batch(queries)
+        for r in results:
+            r.served_by = snap
+        return results
 
     # -- the writer's side (one thread at a time: IndexWriter) ---------------------------------
     def writer_index(self, *, reopen: bool = False) -> KnowledgeIndex:
