@@ -108,6 +108,11 @@ def _ingest_options(p) -> None:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--cache", type=Path, default=None, help="model reply cache folder")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    isolation_options(p)
+
+
+def isolation_options(p) -> None:
+    """The worker and per-file limit flags, shared by ``index build/add`` and ``serve``."""
     p.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="process files in this process, not in a worker (debugging; a crash ends the run)")
     p.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB,
@@ -219,12 +224,7 @@ def _limits(args) -> tuple[float | None, int | None, float | None, float | None,
 
 
 def _ingest_and_report(index, sources, args, where: Path) -> int:
-    from functools import partial
-
-    from .cli import ENCODER_SETS
     from .ingest.folder import IngestReport, ingest
-    from .ingest.isolate import FileWorker, Isolation
-    from .kg import Encoders
 
     max_file_mb, max_pages, max_text_mb, file_timeout, memory_gb = _limits(args)
     reader_options = {"render_pages": args.render_pages, "extract_images": args.extract_images}
@@ -240,11 +240,7 @@ def _ingest_and_report(index, sources, args, where: Path) -> int:
         reader_options["max_page_pixels"] = args.max_page_pixels
     worker, hooks = None, {}
     if args.isolate:
-        _check_hooks(args)  # here; the worker builds its own hooks and OCR engine
-        name = "offline" if index.encoders.describe() == Encoders.offline().describe() else "models"
-        worker = FileWorker(Isolation(encoders=ENCODER_SETS[name], timeout=file_timeout, memory_gb=memory_gb,
-                                      setup=partial(_worker_setup, _hook_options(args), str(where))),
-                            index.encoders)
+        worker = file_worker(args, index.encoders, where, file_timeout, memory_gb)
     else:
         hooks = _hooks(args, where)
         if args.ocr:
@@ -282,6 +278,26 @@ def _ingest_and_report(index, sources, args, where: Path) -> int:
 
 _HOOK_FLAGS = ("llm_url", "llm_model", "vision_model", "caption_model", "api_key_env", "gleaning", "concurrency",
                "timeout", "cache", "ocr")
+
+
+def file_worker(args, encoders, where: Path, file_timeout: float | None, memory_gb: float | None):
+    """The supervised worker for files to ingest into the index at `where` (started on its first
+    file): the encoders rebuilt in it by name, the model hooks and OCR engine `args` ask for."""
+    from functools import partial
+
+    from .cli import ENCODER_SETS
+    from .ingest.isolate import FileWorker, Isolation
+    from .kg import Encoders
+
+    _check_hooks(args)  # here; the worker builds its own hooks and OCR engine
+    name = "offline" if encoders.describe() == Encoders.offline().describe() else "models"
+    return FileWorker(Isolation(encoders=ENCODER_SETS[name], timeout=file_timeout, memory_gb=memory_gb,
+                                setup=partial(_worker_setup, _hook_options(args), str(where))), encoders)
+
+
+def reader_limits(max_pages: int | None, max_text_mb: float | None) -> dict:
+    """The reader options of the page and text limits (None: no limit)."""
+    return {k: v for k, v in (("max_pages", max_pages), ("max_text_mb", max_text_mb)) if v is not None}
 
 
 def _hook_options(args) -> dict:

@@ -13,6 +13,10 @@ OpenAI-compatible endpoint (``--generator-url``; the key from ``--api-key-env``,
 ``colgraph index add`` are named: ``--llm-url`` with ``--llm-model`` (text extraction),
 ``--vision-model``, ``--caption-model``, ``--gleaning``, ``--concurrency``, ``--timeout``,
 ``--cache`` (default ``INDEX.llm-cache``); ``--ocr`` reads pages without a text layer.
+Uploaded files are read, built and encoded in a supervised worker process, as ``colgraph index
+add`` does (``--no-isolate``, ``--max-file-mb``, ``--max-pages``, ``--max-text-mb``,
+``--file-timeout``, ``--worker-memory-gb``): a file that crashes a native library, runs out of
+memory or hangs fails its upload, never the server.
 
 The server listens on 127.0.0.1 unless told otherwise. On SIGINT/SIGTERM it stops accepting
 connections, answers every request already received (the batcher drains its queue), then exits.
@@ -21,6 +25,7 @@ reads it from an environment variable instead.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from pathlib import Path
@@ -65,6 +70,8 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--cache", default=None, help="model reply cache folder (default INDEX.llm-cache)")
     p.add_argument("--ocr", action="store_true", help="OCR uploaded pages without a text layer (RapidOCR)")
+    from .cli_index import isolation_options
+    isolation_options(p)
 
 
 def build_app(args):
@@ -91,14 +98,23 @@ def build_app(args):
         from .pipeline import OpenAIGenerator
         generator = OpenAIGenerator(args.generator_model, base_url=args.generator_url,
                                     api_key=os.environ.get(args.api_key_env), timeout=args.timeout)
-    from .cli_index import _hooks  # the same model hooks as `colgraph index add`
+    from .cli_index import _hooks, _limits, file_worker, reader_limits  # as `colgraph index add` does
     if args.cache is not None:
         args.cache = Path(args.cache)
-    ingest_options = dict(_hooks(args, Path(args.index)))
-    if args.ocr:
-        from .encoders.ocr import RapidOcr
-        ingest_options["reader_options"] = {"ocr": RapidOcr()}
+    max_file_mb, max_pages, max_text_mb, file_timeout, memory_gb = _limits(args)
     index, enc = _open_index(args.index, args.encoders)
+    reader_options = reader_limits(max_pages, max_text_mb)
+    ingest_options = {"max_file_mb": max_file_mb}
+    if args.isolate and enc is not None:
+        worker = file_worker(args, enc, Path(args.index), file_timeout, memory_gb)
+        atexit.register(worker.close)  # the worker also exits when this process does (its socket closes)
+        ingest_options["isolate"] = worker
+    else:
+        ingest_options.update(_hooks(args, Path(args.index)))
+        if args.ocr:
+            from .encoders.ocr import RapidOcr
+            reader_options["ocr"] = RapidOcr()
+    ingest_options["reader_options"] = reader_options
     return create_app(index, enc, pipeline_config=config, service=service, generator=generator,
                       ingest_options=ingest_options)
 
