@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One-step set-up on a fresh Debian machine (run as root, or with sudo available):
 # system packages, a virtual environment in .venv, and colgraph_engine installed editable.
-#   bash scripts/setup.sh          # the engine and its demo
+#   bash scripts/setup.sh          # the engine, its demo and the main job: the PDF reader, OCR, the
+#                                  # offline models, the model hooks' client and the HTTP service
 #   bash scripts/setup.sh --test   # ... plus the test tools
 #   bash scripts/setup.sh --bench  # ... plus the benchmark peers (colpali-engine, matplotlib)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras=""
+extras="[models,llm,serve]"
 case "${1:-}" in
   --test) extras="[test]" ;;
   --bench) extras="[test,bench]" ;;
