@@ -28,14 +28,15 @@ from pipeline_report import make_document, make_questions, shared_names  # noqa:
 
 ENC = Encoders.offline()
 N_GENERATED = 24
-CONFIGS = [
-    PipelineConfig(),
-    PipelineConfig(kd=3, fusion="weighted", text_weight=0.3),
-    PipelineConfig(kd=4, filter="off", hops=2, all_document_images=True, context_mode="chunks"),
-    PipelineConfig(kd=5, retrieval="chunks"),
+CONFIGS = [  # the exact rankers: a sharded recall equals the single-process one (paths included)
+    PipelineConfig(recall_ranker="maxsim"),
+    PipelineConfig(kd=3, fusion="weighted", text_weight=0.3, recall_ranker="maxsim"),
+    PipelineConfig(kd=4, filter="off", hops=2, all_document_images=True, context_mode="chunks",
+                   recall_ranker="maxsim"),
+    PipelineConfig(kd=5, retrieval="chunks", recall_ranker="maxsim"),
     PipelineConfig(kd=6, recall_ranker="pooled", visual_ranker="pooled", recall_side="text"),
-    PipelineConfig(kd=2, recall_side="image"),
-    PipelineConfig(kd=7, fusion="weighted", recall_side="text"),
+    PipelineConfig(kd=2, recall_side="image", recall_ranker="maxsim"),
+    PipelineConfig(kd=7, fusion="weighted", recall_side="text", recall_ranker="maxsim"),
 ]
 
 
@@ -151,8 +152,13 @@ def test_sharded_results_equal_the_single_process_pipeline(sharded, single):
         assert any(r.images for r in got) or cfg.recall_side == "image"
     assert spans > 0, "no query's documents spanned shards"
     assert top == len(CONFIGS), "the top-Kd protocol was not used (or left a batch undecided)"
-    one = ShardedPipeline(sharded).retrieve(qs[0])  # a batch of one, and the view cache's second use
-    assert summary(one) == summary(Pipeline(single, ENC).retrieve(qs[0]))
+    exact = PipelineConfig(recall_ranker="maxsim")
+    one = ShardedPipeline(sharded, exact).retrieve(qs[0])  # a batch of one, and the view cache's second use
+    assert summary(one) == summary(Pipeline(single, ENC, exact).retrieve(qs[0]))
+    # the default ranker ("auto": exact on stores this small) recalls the same; its paths name each shard
+    default = ShardedPipeline(sharded).retrieve(qs[0])
+    assert default.documents == Pipeline(single, ENC).retrieve(qs[0]).documents
+    assert default.counts["recall"]["paths"]["segment"].startswith("shard 0: exact (auto: ")
 
 
 def test_adds_removals_rebalancing_leftovers_and_reopen_keep_results_identical(ray_session, docs, tmp_path):
@@ -179,7 +185,7 @@ def test_adds_removals_rebalancing_leftovers_and_reopen_keep_results_identical(r
         sh.add_documents([extra])
         assert sh.documents == single.documents
         qs = questions()
-        cfg = PipelineConfig(kd=6)
+        cfg = PipelineConfig(kd=6, recall_ranker="maxsim")
         ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
         assert_identical(ref, ShardedPipeline(sh, cfg).retrieve_batch(qs), "grown")
         # an add that committed on a shard but not in the map (the driver died in between):
@@ -203,7 +209,7 @@ def test_adds_removals_rebalancing_leftovers_and_reopen_keep_results_identical(r
 
 def test_a_shard_killed_mid_query_raises_or_retries_never_partial(sharded, single):
     qs = questions()[:4]
-    cfg = PipelineConfig(kd=8)
+    cfg = PipelineConfig(kd=8, recall_ranker="maxsim")
     ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
     victim = sharded.map.shard_of(ref[0].documents[0][0])  # a shard the gather must read
     killed = []
@@ -295,7 +301,7 @@ def test_top_lists_merge_to_the_full_fusion_or_say_undecided(fusion):
         s[torch.rand(nq, n_docs, generator=gen) < 0.2] = -torch.inf   # documents without units
         shard_of = torch.randint(0, 3, (n_docs,), generator=gen).numpy()
         rows = np.arange(nq)
-        cfg = PipelineConfig(kd=kd, fusion=fusion)
+        cfg = PipelineConfig(kd=kd, fusion=fusion, recall_ranker="maxsim")
         full = fuse(nq, [("text", rows, s, 11)], n_docs, cfg)
         tops, col2pos = [], []
         for j in range(3):
@@ -400,7 +406,7 @@ def test_row_files_name_what_they_cannot_read(tmp_path):
 
 def test_gather_paths_and_shipping_give_identical_results(sharded, single):
     qs = [q for q in questions() if not isinstance(q, Query) or q.image is None]
-    cfg = PipelineConfig(kd=5)
+    cfg = PipelineConfig(kd=5, recall_ranker="maxsim")
     ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
     for gather_from in ("files", "ray", "auto"):
         for prefetch in (True, False):
@@ -424,12 +430,13 @@ def test_ray_calls_and_direct_connections_give_identical_results(sharded, single
     """The query path's calls as Ray actor calls (``direct=False``) and over the direct
     connections (the default) give the same results; the connections serve only the query path."""
     qs = [q for q in questions() if not isinstance(q, Query) or q.image is None]
-    ref = Pipeline(single, ENC, PipelineConfig(kd=5)).retrieve_batch(qs)
+    ref = Pipeline(single, ENC, PipelineConfig(kd=5, recall_ranker="maxsim")).retrieve_batch(qs)
     assert sharded.direct is True
     try:
         for direct in (False, True):
             sharded.direct = direct
-            pipe = ShardedPipeline(sharded, PipelineConfig(kd=5), doc_cache=0, view_cache=0, prefetch=False)
+            pipe = ShardedPipeline(sharded, PipelineConfig(kd=5, recall_ranker="maxsim"), doc_cache=0, view_cache=0,
+                                   prefetch=False)
             for _ in range(2):
                 assert_identical(ref, pipe.retrieve_batch(qs), f"direct={direct}")
             assert_identical(ref[:2], [pipe.retrieve(q) for q in qs[:2]], f"direct={direct}, one at a time")
@@ -446,7 +453,7 @@ def test_a_driver_that_cannot_see_the_shard_files_falls_back_to_bytes(ray_sessio
     sh = ShardedIndex.from_index(single, tmp_path / "here", 2)
     try:
         qs = questions()[:4]
-        cfg = PipelineConfig(kd=6)
+        cfg = PipelineConfig(kd=6, recall_ranker="maxsim")
         ref = Pipeline(single, ENC, cfg).retrieve_batch(qs)
         shipped = ShardedPipeline(sh, cfg, gather_from="ray", doc_cache=0, view_cache=0)
         shipped.retrieve_batch(qs)  # learns the shards' document lists (rows as bytes: no file mapped yet)
@@ -485,7 +492,7 @@ def test_row_files_keep_one_mapping_per_store_of_a_shard(tmp_path):
 
 def test_stage_one_does_not_ship_what_the_driver_caches(sharded, single):
     text = [q for q in questions() if isinstance(q, str)][:3]
-    cfg = PipelineConfig(kd=4)
+    cfg = PipelineConfig(kd=4, recall_ranker="maxsim")
     pipe = ShardedPipeline(sharded, cfg, view_cache=0)
     pipe.retrieve_batch(text)  # learns the shards' document lists (and caches the documents)
     for q in text:  # the same queries again: every recalled document is cached, none shipped or fetched
@@ -615,7 +622,7 @@ def test_sharded_prefilter_recall_is_the_fusion_of_every_shards_own_prefilter(ra
             seg = r.counts["recall"]["paths"]["segment"]
             assert seg.count("shard ") == 2 and "prefilter" in seg, seg
         # the exact ranker on the same shards still equals the single-process pipeline
-        exact = PipelineConfig(kd=5)
+        exact = PipelineConfig(kd=5, recall_ranker="maxsim")
         assert_identical(Pipeline(single, ENC, exact).retrieve_batch(qs),
                          ShardedPipeline(sh, exact, doc_cache=0, view_cache=0).retrieve_batch(qs), "exact after enabling")
         with pytest.raises(ValueError, match="nbits"):

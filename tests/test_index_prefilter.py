@@ -338,8 +338,8 @@ def test_pipeline_recall_uses_the_carried_prefilter_and_says_so(tmp_path):
     idx.remove_document("d4")
     mem = KnowledgeIndex(ENC)  # the same documents, no carried prefilter: the view builds one over slots
     mem.add_documents([city_doc(i) for i in range(14) if i != 4])
-    carried = recall_of(idx, prefilter_mode="prefilter", prefilter_units=6)
-    built = recall_of(mem, prefilter_mode="prefilter", prefilter_units=6)
+    carried = recall_of(idx, prefilter_mode="prefilter", prefilter_units=6, prefilter_budget="plaid")
+    built = recall_of(mem, prefilter_mode="prefilter", prefilter_units=6, prefilter_budget="plaid")
     for a, b in zip(carried, built):
         assert a.counts["recall"]["paths"]["segment"] == \
             "prefilter (prefilter requested; carried by the index, nbits 2; exact stage on the store)"
@@ -353,7 +353,8 @@ def test_pipeline_recall_uses_the_carried_prefilter_and_says_so(tmp_path):
     assert why.startswith("exact (auto: ") and why.endswith("; carried by the index, nbits 2)")
     # a pipeline over the grown index follows its changes (a new view takes the new prefilter)
     pipe = Pipeline(idx, ENC, PipelineConfig(kd=13, recall_side="text", recall_ranker="prefilter",
-                                             prefilter_mode="prefilter", prefilter_units=50))
+                                             prefilter_mode="prefilter", prefilter_units=50,
+                                             prefilter_budget="plaid"))
     assert "d7" in [d for d, _ in pipe.retrieve(QUESTIONS[1]).documents]
     idx.remove_document("d7")
     assert "d7" not in [d for d, _ in pipe.retrieve(QUESTIONS[1]).documents]
@@ -363,8 +364,9 @@ def test_index_info_shows_the_carried_prefilter(tmp_path, capsys):
     grown(tmp_path / "ix")
     assert cli_index.main(["index", "info", str(tmp_path / "ix")]) == 0
     out = capsys.readouterr().out
-    assert "prefilter: segment built (12 items, 0 deleted, drift 1.000), table deferred (below 50 tokens); " \
-           "nbits 2, min_tokens 50, rebuild_drift 1.5" in out
+    # every recall store is configured (the image store too: these documents have no images)
+    assert "prefilter: image deferred (below 50 tokens), segment built (12 items, 0 deleted, drift 1.000), " \
+           "table deferred (below 50 tokens); nbits 2, min_tokens 50, rebuild_drift 1.5" in out
     assert cli_index.main(["index", "info", str(tmp_path / "ix"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["prefilter"]["stores"]["segment"]["items"] == 12
@@ -381,7 +383,7 @@ def test_index_prefilter_command_enables_refuses_bad_settings_and_stops(tmp_path
     idx.add_documents([city_doc(i) for i in range(6)])
     assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--min-tokens", "50"]) == 0
     out = capsys.readouterr().out
-    assert "segment: built (" in out and "prefilter: segment built (6 items" in out
+    assert "segment: built (" in out and "segment built (6 items" in out and "image deferred (below 50" in out
     assert KnowledgeIndex.open(tmp_path / "ix").prefilter("segment") is not None
     assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--nbits", "3"]) == 2
     assert "nbits: expected one of (1, 2, 4), got 3" in capsys.readouterr().err

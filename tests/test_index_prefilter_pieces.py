@@ -183,7 +183,7 @@ def test_pieces_merge_as_a_binary_counter_and_compaction_writes_an_equal_base(tm
         if i == 2:  # pieces of 2 and 1 items
             assert cli_index.main(["index", "info", str(path)]) == 0
             out = capsys.readouterr().out
-            assert "prefilter: segment built (19 items, 0 deleted, drift " in out and ", 2 appended pieces)" in out
+            assert ", segment built (19 items, 0 deleted, drift " in out and ", 2 appended pieces)" in out
     assert pf_module.COMPACT_RATIO == 1.0
     replay.add(city_doc(200))  # pieces would hold 17 items > the base's 16: a new base, no pieces
     e = entry(path)

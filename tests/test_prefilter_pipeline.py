@@ -29,8 +29,9 @@ def _recall(index, **changes):
 
 
 def test_forced_prefilter_path_finds_the_same_top_document(index):
-    exact, _ = _recall(index, kd=3)
-    pre, view = _recall(index, kd=3, recall_ranker="prefilter", prefilter_mode="prefilter", prefilter_units=1000)
+    exact, _ = _recall(index, kd=3, recall_ranker="maxsim")
+    pre, view = _recall(index, kd=3, recall_ranker="prefilter", prefilter_mode="prefilter", prefilter_units=1000,
+                        prefilter_budget="plaid")
     assert pre.paths[0]["segment"] == "prefilter (prefilter requested; exact stage on the store)"
     assert exact.paths[0] == {}
     # every unit kept (prefilter_units >= units) and small stores: the same documents as exact MaxSim
@@ -39,7 +40,7 @@ def test_forced_prefilter_path_finds_the_same_top_document(index):
 
 
 def test_auto_mode_picks_exact_on_a_small_index_and_says_why(index):
-    exact, _ = _recall(index, kd=3)
+    exact, _ = _recall(index, kd=3, recall_ranker="maxsim")
     auto, _ = _recall(index, kd=3, recall_ranker="prefilter")
     why = auto.paths[0]["segment"]
     assert why.startswith("exact (auto:") and "multiply-adds" in why
@@ -56,7 +57,7 @@ def test_exact_stage_on_the_store_scores_units_exactly_and_on_codes_approximatel
     """prefilter_exact="store": the shortlisted units' scores are exact MaxSim over the view's
     vectors; "codes": the decoded vectors' scores; the path says which."""
     from colgraph_engine import ops
-    _, view = _recall(index, kd=3)
+    _, view = _recall(index, kd=3, recall_ranker="maxsim")
     vec = view.vectors["segment"]
     idx = recall_mod._prefilter_for(view, "segment", 2)
     q = ENC.tokens([DEMO_QUESTIONS[1]])[0]

@@ -7,9 +7,10 @@ centroid scores), :mod:`.rescore` (exact scores from codes: Triton, native, torc
 :mod:`.search` (settings by k, the staged search, restricted search), :mod:`.prefilter`
 (:class:`PrefilterIndex`: build, search, add, delete, drift, rebuild, save/load),
 :mod:`.persist` (the checksummed directory), :mod:`.auto` (exact brute force or prefilter),
+:mod:`.adaptive` (the per-query adaptive candidate budget the pipeline's recall uses),
 :mod:`.reference` (slow references for the tests).
 """
-from . import codec, kmeans, reference, rescore, stages  # noqa: F401  (submodules)
+from . import adaptive, codec, kmeans, reference, rescore, stages  # noqa: F401  (submodules)
 from .auto import AutoSearcher
 from .prefilter import PrefilterIndex
 from .search import SearchResult, Settings

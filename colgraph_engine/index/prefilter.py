@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .. import backend as _backend
@@ -241,6 +242,52 @@ class PrefilterIndex:
         res.reason = f"prefilter requested; exact stage on {on}"
         res.stats["backend"] = "store" if store is not None else "rescore" if rescore is not None else name
         return res
+
+    def search_adaptive(self, queries, q_offsets: torch.Tensor | None = None, k: int = 10, *, groups=None,
+                        rescore=None, budget=None, assume_finite: bool = False):
+        """Every item the adaptive budget scores exactly, per query (:func:`.adaptive.search`:
+        the budget is set per query from the centroid scores and the query's score
+        distribution, so that the top-`k` **groups** by their best item are found).
+
+        Args:
+            k: groups wanted per query (at least 1; a query finding fewer scores every live item).
+            groups: ``[N]`` int64 group of each position of the index (``snapshot().ids[i]``'s
+                group; e.g. the document of each item); None: each item its own group.
+            rescore: the exact stage, ``fn(qv [L, d], qo [2], pair_q [M], pair_ids [M]) -> [M]``
+                (as :meth:`search`'s); None: exact MaxSim on the decoded codes.
+            budget: an :class:`.adaptive.Budget` (None: its defaults).
+
+        Returns an :class:`.adaptive.GroupResult` (CSR of external ids and exact scores)."""
+        from . import adaptive, rescore as _rescore, stages
+        state = self._state
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k: expected a positive int, got {k!r}")
+        if rescore is not None and not callable(rescore):
+            raise TypeError(f"rescore: expected a callable, got {type(rescore).__name__}")
+        if budget is not None and not isinstance(budget, adaptive.Budget):
+            raise TypeError(f"budget: expected an adaptive.Budget or None, got {type(budget).__name__}")
+        if groups is not None:
+            groups = np.asarray(groups.cpu() if isinstance(groups, torch.Tensor) else groups)
+            if groups.shape != (state.n_slots,) or groups.dtype.kind not in "iu":
+                raise ValueError(f"groups: expected [{state.n_slots}] ints (one per position), got "
+                                 f"{groups.dtype} {groups.shape}")
+            groups = groups.astype(np.int64, copy=False)
+        qv, qo, _ = self._queries(queries, q_offsets, assume_finite)
+        if rescore is None:
+            name = resolve_backend(self.device, None)
+            cache = {}
+
+            def rescore(bv, bq, pq, ids):  # exact MaxSim on the decoded codes of one query
+                bv = bv.to(self.device)
+                key = (bv.data_ptr(), tuple(bv.shape))
+                if key not in cache:
+                    cache.clear()
+                    cache[key] = stages.centroid_scores(state, bv)
+                pos = state.positions(ids, "ids")
+                return _rescore.exact_scores(state, bv, bq.to(self.device), cache[key], pq.to(self.device), pos, name)
+        with torch.no_grad():
+            return adaptive.search(state, qv.cpu(), qo.cpu(), int(k), groups, rescore,
+                                   adaptive.DEFAULT if budget is None else budget)
 
     # -- maintenance ---------------------------------------------------------------------
     def add(self, documents, offsets: torch.Tensor | None = None, ids=None, *,

@@ -22,6 +22,14 @@ results map back to items exactly and a removed document's uids can be deleted f
   added tokens says little, and a build whose mean squared residual is near zero (about one
   distinct token per centroid: PLAID's count ``~16 sqrt(T)`` on a small or repetitive store) makes
   any addition read as a huge drift; so drift rebuilds cost at most one k-means per 10 % of growth;
+* **growth**: the centroid count is fixed at a build (PLAID's ``16 sqrt(T)`` rule, rounded
+  down to a power of two, for the T tokens then); when the live tokens grow until that rule gives
+  :data:`GROWTH_REBUILD` (ours: 2) times the built count (about 4x the tokens), the prefilter is
+  rebuilt from the store's vectors during that commit, so a store that started small (a prefilter
+  is built at ``min_tokens``) does not end with a few long inverted lists: the lists, and the
+  candidates a query reaches, stay about ``sqrt(T)`` long. Rebuilds for growth cost a k-means
+  per 4x of growth (geometric: about 4/3 of the last build's cost in all). Like drift rebuilds,
+  off with ``rebuild_drift=None`` (no automatic rebuild, appends stay appends);
 * **removals** tombstone the document's uids (positions are never renumbered); when tombstones
   outnumber live items the prefilter is rebuilt from the store (so dead slots stay bounded).
 
@@ -80,12 +88,14 @@ import numpy as np
 import torch
 
 from .. import _arraydir, _atomic
+from ..index import kmeans
 from . import prefilter_pieces as _pieces
 
-DEFAULT_STORES = ("segment", "table")  # the text stores of document recall
+DEFAULT_STORES = ("segment", "table", "image")  # the recall stores: text side, then image side
 DEFAULT_MIN_TOKENS = 4096
 DEFAULT_REBUILD_DRIFT = 1.5
 DRIFT_MIN_ADDED = 0.1  # drift is judged once the added tokens reach this fraction of the built ones
+GROWTH_REBUILD = 2  # rebuilt once PLAID's centroid count for the live tokens is this many times the built count
 NBITS = (1, 2, 4)
 FOLDER = "prefilter"
 COMPACT_RATIO = 1.0  # pieces may hold at most this many items (added + deleted) per item of the base
@@ -261,8 +271,13 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
     s = nxt.snapshot()
     drift = nxt.drift()
     judged = s.added_tokens >= DRIFT_MIN_ADDED * (s.n_tokens - s.added_tokens)
+    live_tokens = int(((s.offsets[1:] - s.offsets[:-1]) * s.alive).sum())
+    due = kmeans.default_centroid_count(max(1, live_tokens))
     if settings.rebuild_drift is not None and judged and drift > settings.rebuild_drift:
         why = f"rebuilt (drift {drift:.3f} > {settings.rebuild_drift})"
+    elif settings.rebuild_drift is not None and due >= GROWTH_REBUILD * s.n_centroids:
+        why = (f"rebuilt (grown to {live_tokens} live tokens: PLAID's count {due} >= {GROWTH_REBUILD} x the "
+               f"{s.n_centroids} centroids built)")
     elif s.n_slots - s.n_live > s.n_live:
         why = f"rebuilt ({s.n_slots - s.n_live} deleted > {s.n_live} live items)"
     else:

@@ -12,10 +12,11 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 
 RECALL_SIDES = ("text", "image", "fused")
-RECALL_RANKERS = ("maxsim", "pooled", "prefilter")
+RECALL_RANKERS = ("auto", "maxsim", "pooled", "prefilter")
 PREFILTER_MODES = ("auto", "prefilter")
 PREFILTER_EXACT = ("store", "codes")
 PREFILTER_NBITS = (1, 2, 4)
+PREFILTER_BUDGETS = ("adaptive", "plaid")
 FUSIONS = ("rrf", "weighted")
 RETRIEVALS = ("graph", "chunks")
 FILTERS = ("off", "mkg", "default")
@@ -55,15 +56,49 @@ class PipelineConfig:
             ``"image"`` (query-image patches vs image patches) or ``"fused"`` (both; a query
             without an image uses the text side alone). mKG-RAG's text-only, vision-only and
             fused variants.
-        recall_ranker: ``"maxsim"`` (exact late interaction), ``"pooled"`` (cosine of mean
-            vectors, the single-vector baseline) or ``"prefilter"`` (a PLAID-style centroid
-            prefilter, :mod:`colgraph_engine.index`, built over each recall store on first use).
+        recall_ranker: ``"auto"`` (the default: sublinear where it pays, exact elsewhere),
+            ``"maxsim"`` (exact late interaction over every unit, bit-identical to the engine
+            before ``"auto"`` existed), ``"pooled"`` (cosine of mean vectors, the single-vector
+            baseline) or ``"prefilter"`` (a PLAID-style centroid prefilter,
+            :mod:`colgraph_engine.index`, over every recall store: the one the index carries,
+            else one built over the view on first use). ``"auto"``, per recall store (text and
+            image side): a store with fewer than `prefilter_min_tokens` live tokens is scored
+            exactly (no prefilter is built or read: exact MaxSim is faster there), with results
+            identical to ``"maxsim"``; a larger one is searched through the prefilter the index
+            carries (:meth:`~colgraph_engine.kg.KnowledgeIndex.enable_prefilter`, maintained by
+            its commits) with the `prefilter_budget`; a larger store without one (or whose
+            carried prefilter disagrees with it) is scored exactly, with a warning logged once
+            per index and store saying how to make it carry one. It never builds a prefilter on
+            the query path: a build is a k-means over the store (minutes at a few million
+            tokens) and a view lives only until the index changes, so a service would pay it
+            again after every write; an explicit ``"prefilter"`` keeps that behaviour.
+            ``Recall.paths`` (and each result's ``counts["recall"]["paths"]``) says per store
+            which path ran and why. Why a new ranker rather than a new default for
+            ``"prefilter"``: ``"prefilter"`` means "use a prefilter" (and build one); ``"auto"``
+            means "the fastest exact-enough path", and may well be exact.
         prefilter_mode: with ``recall_ranker="prefilter"``: ``"auto"`` (per store, exact MaxSim
             when its estimated work is at most the prefilter's; see
             :class:`~colgraph_engine.index.AutoSearcher`) or ``"prefilter"`` (always). Ours: auto.
-        prefilter_nbits: residual bits per dimension of those prefilters (1, 2 or 4; ours: 2).
-        prefilter_units: store items each query keeps per store from the prefilter (their
-            documents' best unit scores enter the fusion; ours: 64, at least `kd`).
+        prefilter_min_tokens: with ``recall_ranker="auto"``: stores with fewer live tokens are
+            scored exactly, counted in tokens of d = 128 (a store of dimension d compares
+            ``tokens x d / 128``: exact MaxSim's work grows with ``tokens x d``, the prefilter's
+            hardly with d). Ours: 262,144 = 2^18, from ``benchmarks/results/recall_default.md``
+            (2 shared CPU cores, d = 128, clustered corpora): one query at a time the adaptive
+            prefilter beat exact MaxSim from about 120k tokens (2.3x there, 3.5-4x at 200k-400k,
+            10.5x at 800k); 64 queries in one call, where exact amortises each document token
+            over the batch, exact won up to about 200k-250k tokens (0.96x at 198k, 1.18x at
+            403k, 2.6x at 800k). 2^18 sits at the batch crossover; it cannot depend on the batch,
+            since a query's results must not depend on the batch it comes in. 0: every store
+            with a carried prefilter uses it.
+        prefilter_budget: how many items each query scores per store through a prefilter:
+            ``"adaptive"`` (ours, the default: set per query from the corpus's centroid scores
+            and the query's own score distribution; every item it returns is scored exactly;
+            :mod:`colgraph_engine.index.adaptive`) or ``"plaid"`` (PLAID's fixed settings for
+            k = ``max(prefilter_units, kd)`` items, the budget before ``"adaptive"``).
+        prefilter_nbits: residual bits per dimension of the prefilters ``"prefilter"`` builds (1, 2 or 4; ours: 2).
+        prefilter_units: with ``prefilter_budget="plaid"``: store items each query keeps per
+            store from the prefilter (their documents' best unit scores enter the fusion; ours:
+            64, at least `kd`).
         prefilter_exact: the prefilter's exact stage: ``"store"`` scores its shortlist on the
             store's own vectors (the view holds them anyway), ``"codes"`` on the vectors decoded
             from its compressed codes (PLAID's). Ours: store; on an H200 it lifted recall@10
@@ -104,8 +139,10 @@ class PipelineConfig:
     """
     kd: int = 10
     recall_side: str = "fused"
-    recall_ranker: str = "maxsim"
+    recall_ranker: str = "auto"
     prefilter_mode: str = "auto"
+    prefilter_min_tokens: int = 1 << 18
+    prefilter_budget: str = "adaptive"
     prefilter_nbits: int = 2
     prefilter_units: int = 64
     prefilter_exact: str = "store"
@@ -139,6 +176,8 @@ class PipelineConfig:
         _choice(self.recall_side, "recall_side", RECALL_SIDES)
         _choice(self.recall_ranker, "recall_ranker", RECALL_RANKERS)
         _choice(self.prefilter_mode, "prefilter_mode", PREFILTER_MODES)
+        _int(self.prefilter_min_tokens, "prefilter_min_tokens", 0, 1 << 48)
+        _choice(self.prefilter_budget, "prefilter_budget", PREFILTER_BUDGETS)
         _choice(self.prefilter_exact, "prefilter_exact", PREFILTER_EXACT)
         _int(self.prefilter_nbits, "prefilter_nbits", 1, 4)
         if self.prefilter_nbits not in PREFILTER_NBITS:

@@ -47,7 +47,7 @@ import torch
 
 from ..graph.kinds import EdgeKind, NodeKind
 from ..graph.knowledge_graph import SparseScores
-from .scoring import cosine_pairs, csr_from_lists, item_norms, order_desc, score_pairs, select_queries
+from .scoring import cosine_pairs, csr_from_lists, order_desc, score_pairs, select_queries
 from .view import IndexView
 
 WALK_KINDS = (NodeKind.ENTITY, NodeKind.SEGMENT, NodeKind.TABLE)
@@ -94,8 +94,8 @@ class TextScorer:
         self.scored = np.zeros(len(self.cache_nodes), np.int64)  # items scored per query
 
     def _norms(self, store: str) -> np.ndarray:
-        if store not in self.norms:
-            self.norms[store] = item_norms(self.view.vectors[store])
+        if store not in self.norms:  # once per view's snapshot of the store, not per batch (Vectors.norms)
+            self.norms[store] = self.view.vectors[store].norms
         return self.norms[store]
 
     def _score(self, store: str, per_query: list[np.ndarray], cache: list[dict]) -> list[np.ndarray]:
@@ -272,10 +272,12 @@ def _judge(items: np.ndarray, scores: np.ndarray, threshold: float, min_keep: in
 def _group_members(view: IndexView, nodes: np.ndarray, allowed_docs: np.ndarray) -> np.ndarray:
     """`nodes` and the members of their alias groups inside the allowed documents."""
     groups = view.alias_of[nodes]
-    groups = groups[groups >= 0]
+    groups = np.unique(groups[groups >= 0])
     if not groups.size:
         return nodes
-    members = np.flatnonzero(np.isin(view.alias_of, groups))
+    offsets, by_group = view.alias_members  # the groups' members, not a scan of every node
+    rows = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups.tolist()])
+    members = by_group[rows]
     members = members[np.isin(view.node_doc[members], allowed_docs)]
     return np.union1d(nodes, members)
 

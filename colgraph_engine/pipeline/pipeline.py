@@ -263,6 +263,8 @@ class Pipeline:
             c = counts[i]
             c["recall"] = {"units_scored": recall.units[i], "documents": int(docs[i].size),
                            "paths": dict(recall.paths[i])}  # per store: which ranker ran and why
+            if i < len(recall.budget) and recall.budget[i]:  # stores searched with the adaptive budget
+                c["recall"]["budget"] = dict(recall.budget[i])
             if seeds is not None:
                 c["seeds"] = {**{k: v[i] for k, v in seeds.candidates.items()}, "entities": int(seeds.entities[i].size),
                               "relations": int(seeds.relations[i].size), "image_hits": int(seeds.image_hits[i].size),

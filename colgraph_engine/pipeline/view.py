@@ -66,6 +66,14 @@ class Vectors:
         from ..ops import reference
         return reference.pooled_vectors(self.values, self.offsets)
 
+    @cached_property
+    def norms(self) -> np.ndarray:
+        """``[N]`` float32 mean L2 norm of each slot's vectors (:func:`~.scoring.item_norms`: the
+        norm of a one-vector item), computed once per snapshot: the seeds stage's cosines divide by
+        these rather than recomputing them over the whole store for every batch."""
+        from .scoring import item_norms
+        return item_norms(self)
+
     dtype = property(lambda self: self.values.dtype)
     device = property(lambda self: self.values.device)
     dim = property(lambda self: int(self.values.shape[1]))
@@ -119,6 +127,19 @@ class IndexView:
         """``[n]`` int64 edges incident to each node (either direction): the rank of context entries."""
         n = self.node_kind.size
         return np.bincount(self.edge_src, minlength=n) + np.bincount(self.edge_dst, minlength=n)
+
+    @cached_property
+    def alias_members(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets [G+1], nodes)``: the nodes of each alias group (``alias_of`` value g, ascending
+        nodes), so a query reads its groups' members without scanning every node."""
+        a = np.asarray(self.alias_of)
+        members = np.flatnonzero(a >= 0)
+        order = np.argsort(a[members], kind="stable")
+        members = members[order]
+        n_groups = int(a.max()) + 1 if a.size and a.max() >= 0 else 0
+        offsets = np.zeros(n_groups + 1, np.int64)
+        np.cumsum(np.bincount(a[members], minlength=n_groups), out=offsets[1:])
+        return offsets, members
 
     @cached_property
     def relation_csr(self) -> tuple[np.ndarray, np.ndarray]:

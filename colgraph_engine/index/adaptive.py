@@ -1,0 +1,318 @@
+"""Adaptive per-query candidate budget: the prefilter search behind the pipeline's default recall.
+
+PLAID's knobs (:mod:`.search`: probe ``ncells`` centroids per query token, keep ``ndocs``
+candidates by a pruned centroid score, score ``ndocs // 4`` exactly) are fixed counts, tuned by
+ColBERT on its own corpora. How many candidates a corpus needs depends on how its tokens cluster
+and how close its best documents score: on clustered corpora whose documents share topics
+(``benchmarks/recall_default.py``), the pipeline's former budget (PLAID's k <= 100 settings
+for 64 units) kept 0.84-0.999 of the exact top-10 documents depending on the shape, and no fixed
+count fitted every shape without paying for the hardest one everywhere. Here the budget is set
+per query, from the corpus's centroids and the query's own scores (rule ours; PLAID's threshold
+idea applied to the exact stage):
+
+1. centroid scores ``S = Q C^T`` ``[L, C]`` (PLAID's stage 1);
+2. probe: each query token probes its ``n`` best centroids; ``n`` starts at ``ncells`` (1)
+   and doubles in step 5, up to ``ncells_max`` (64);
+3. candidates: the live items on the probed inverted lists, each with its **full centroid
+   score** ``F(x) = Σ_i max_{c in cells(x)} S[i, c]`` (PLAID's stage 4, over every candidate;
+   stage 3's threshold pruning is not used: on these CPU runs it was the slowest stage and lost
+   documents near the threshold);
+4. exact scoring by margin: the ``max(first, 2k)`` candidates of highest ``F`` (32) and a
+   systematic sample of ``sample`` (32) others, evenly spaced in ``F`` order so that it spans
+   the candidates' whole range, are scored exactly (``E``, by the caller's exact stage). The
+   errors ``e = E - F`` give the margin ``m = max(max e over everything scored,
+   mean(e_sample) + z * std(e_sample))`` (z = 3). Every candidate with ``F >= s_k - m``, where
+   ``s_k`` is the k-th best **group** (document) score found so far, is scored exactly; repeated
+   until none is left (``s_k`` can only rise, ``m`` only grow). Why the sample: ``F``'s error
+   falls as ``F`` rises (measured: correlation -0.45 to -0.67 between e and F over a query's
+   candidates; the top candidates by ``F`` are the ones ``F`` overrates), so the items scored
+   first understate the error of the items not scored yet; a margin from them alone missed
+   documents in every shape tried;
+5. deepen: ``n`` doubles; the candidates it adds get ``F``; when none reaches ``s_k - m`` the
+   search stops (deeper cells hold items whose tokens sit in centroids the query scores lower
+   still), else step 4 runs again. So the probe depth follows the corpus (mean depth 4-31 over
+   the shapes measured) and the query (a query whose top documents are near-ties with many
+   others probes deeper and scores more);
+6. limits: a query stops, keeping what it scored, once the margin would have it score more than
+   ``max_share`` (half) of the live items, or at ``ncells_max`` (``unsettled="exhaustive"``
+   scores every live item instead); a query that has found fewer than ``k`` groups by then
+   scores every live item (exact answers rather than fewer of them). ``stats["stop"]`` says which.
+
+Every item returned was scored exactly, so a caller ranking groups by their best item keeps
+exact scores; the budget controls only which items reach the exact stage. The stages run on the
+CPU with numpy (a prefilter on another device is copied to the CPU once per state); the exact
+stage runs wherever the caller's vectors are. Nothing per query is sized by the corpus except
+the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule): candidates come from the inverted
+lists of the probed centroids.
+
+Measured (``benchmarks/results/recall_default.md``; 2 shared CPU cores; recall of the exact
+top-10 documents, 64 queries per corpus; prefilters built as an index builds a carried one):
+
+    shape (documents, tokens, d)             recall   PLAID-64   x exact (batch / single)
+    topics-50 (3,000, 239k, 128)             1.000    0.989      1.2 / 3.7
+    topics-1000 (1,500, 120k, 128)           1.000    0.894      0.6 / 2.3
+    topics-2000-d64 (3,000, 241k, 64)        0.988    0.842      0.35 / 0.8
+    long-units (1,000 x 128-256 tok., 128)   0.992    0.953      0.7 / 2.6
+    one-unit-tight (4,000, 159k, 128)        0.997    0.967      0.5 / 3.9
+    topics-1000 at 10,000 (803k, 128)        1.000    0.977      2.6 / 10.5
+    topics-200-d64 at 10,000 (805k, 64)      1.000    0.998      1.5 / 3.1
+    MMLongBench-Doc pages (2,026, 462k, 384) 0.995    0.990      1.7 / 6.2
+
+(below ``PipelineConfig.prefilter_min_tokens`` the default recall does not use a prefilter at
+all; the small shapes measure the forced prefilter's recall).
+"""
+from __future__ import annotations
+
+import numbers
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .layout import IndexState
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The adaptive rule's constants (see the module docstring; all ours)."""
+    ncells: int = 1          # probe depth to start from (doubled per deepening)
+    ncells_max: int = 64     # deepest probe
+    first: int = 32          # candidates of best F scored exactly first (at least 2k)
+    sample: int = 32         # candidates sampled evenly in F order to estimate F's error
+    z: float = 3.0           # margin = mean + z * std of the sampled errors (or the largest error seen)
+    max_share: float = 0.5   # a query stops once it would score more than this share of the live items exactly
+    unsettled: str = "stop"  # a query stopped by ncells_max or max_share: "stop" (keep what it scored) or
+    #                          "exhaustive" (score every live item)
+
+    def __post_init__(self):
+        for name in ("ncells", "ncells_max", "first", "sample"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < (0 if name == "sample" else 1):
+                raise ValueError(f"{name}: expected a {'non-negative' if name == 'sample' else 'positive'} int, "
+                                 f"got {v!r}")
+        if self.ncells_max < self.ncells:
+            raise ValueError(f"ncells_max: expected at least ncells ({self.ncells}), got {self.ncells_max}")
+        if isinstance(self.z, bool) or not isinstance(self.z, numbers.Real) or not 0 <= self.z <= 100:
+            raise ValueError(f"z: expected a number in [0, 100], got {self.z!r}")
+        x = self.max_share
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0 < x <= 1:
+            raise ValueError(f"max_share: expected a number in (0, 1], got {x!r}")
+        if self.unsettled not in ("stop", "exhaustive"):
+            raise ValueError(f"unsettled: expected 'stop' or 'exhaustive', got {self.unsettled!r}")
+
+
+DEFAULT = Budget()
+
+
+@dataclass
+class GroupResult:
+    """Per query the exactly scored items as CSR: ``ids[offsets[q]:offsets[q+1]]`` (external
+    ids) and their exact ``scores``; ``stats`` per query: ``candidates``, ``scored_exactly``,
+    ``ncells`` (final probe depth), ``rounds``, ``margin``, ``exhaustive`` (lists), ``seconds``."""
+    offsets: np.ndarray
+    ids: np.ndarray
+    scores: np.ndarray
+    stats: dict = field(default_factory=dict)
+
+
+class _Host:
+    """The CPU numpy arrays of a state the search reads (cached per state)."""
+
+    def __init__(self, state: IndexState):
+        cpu = lambda t: t.detach().cpu().numpy()  # noqa: E731
+        self.centroids = state.centroids.detach().float().cpu()
+        self.ivf_offsets, self.ivf_docs = cpu(state.ivf_offsets), cpu(state.ivf_docs).astype(np.int64)
+        self.cells_offsets, self.cells = cpu(state.cells_offsets), cpu(state.cells).astype(np.int64)
+        self.alive, self.ids = cpu(state.alive), cpu(state.ids)
+        self.live = np.flatnonzero(self.alive)
+
+
+
+def _host(state: IndexState) -> _Host:
+    h = getattr(state, "_adaptive_host", None)
+    if h is None:
+        h = _Host(state)
+        object.__setattr__(state, "_adaptive_host", h)  # a cache on the frozen state (not a field)
+    return h
+
+
+def _csr_rows(offsets: np.ndarray, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, segment starts)``: the entries ``offsets[w]..offsets[w+1]`` of every w in
+    `which`, concatenated, and where each w's entries start."""
+    lo, hi = offsets[which], offsets[which + 1]
+    lens = hi - lo
+    seg = np.zeros(which.size, np.int64)
+    if which.size > 1:
+        np.cumsum(lens[:-1], out=seg[1:])
+    return np.repeat(lo - seg, lens) + np.arange(int(lens.sum()), dtype=np.int64), seg
+
+
+def full_scores(h: _Host, st: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``[n]`` float32 full centroid scores ``Σ_i max_{c in cells(x)} S[i, c]`` of positions
+    `pos`; `st`: the query's ``S`` transposed, ``[C, L]`` C-contiguous (one row gather per
+    (item, centroid) pair). An item without centroids (no tokens) scores ``-inf``."""
+    if pos.size == 0:
+        return np.zeros(0, np.float32)
+    lens = h.cells_offsets[pos + 1] - h.cells_offsets[pos]
+    keep = lens > 0
+    out = np.full(pos.size, -np.inf, np.float32)
+    if not keep.any():
+        return out
+    rows, seg = _csr_rows(h.cells_offsets, pos[keep])
+    g = np.take(st, h.cells[rows], axis=0)                                        # [E, L]
+    out[keep] = np.maximum.reduceat(g, seg, axis=0).sum(1) if st.shape[1] else 0.0
+    return out
+
+
+def _probe(h: _Host, order: np.ndarray, lo: int, hi: int, seen_cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(new cells, live positions on their lists)`` for probe ranks lo..hi-1 of every token."""
+    cells = np.unique(order[:, lo:hi])
+    if seen_cells.size:
+        cells = cells[~np.isin(cells, seen_cells, assume_unique=True)]
+    rows, _ = _csr_rows(h.ivf_offsets, cells)
+    pos = np.unique(h.ivf_docs[rows])
+    return cells, pos[h.alive[pos]]
+
+
+def _kth_group(groups: np.ndarray, scores: np.ndarray, k: int) -> tuple[float, int]:
+    """``(k-th best group score or -inf, number of groups)`` over scored items."""
+    if groups.size == 0:
+        return float("-inf"), 0
+    order = np.lexsort((-scores, groups))
+    g = groups[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    best = scores[order][first]
+    if best.size < k:
+        return float("-inf"), int(best.size)
+    return float(np.partition(best, best.size - k)[best.size - k]), int(best.size)
+
+
+def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k: int, groups: np.ndarray | None,
+           rescore, budget: Budget = DEFAULT) -> GroupResult:
+    """The adaptive search (module docstring) for packed ``queries [Tq, d]`` / ``q_offsets [Nq+1]``
+    (float32 on the CPU, normalised as the index expects).
+
+    Args:
+        k: groups wanted per query (at most the groups with live items).
+        groups: ``[N]`` int64 group of every position (the document of each item); None: each
+            item is its own group.
+        rescore: ``fn(qv [L, d], qo [2], pair_q [M], pair_ids [M]) -> [M]`` exact scores of one
+            query against external ids (the caller's exact stage, as :meth:`PrefilterIndex.search`'s
+            `rescore`).
+    """
+    h = _host(state)
+    if groups is None:
+        groups = np.arange(state.n_slots, dtype=np.int64)
+    qo = q_offsets.cpu().tolist()
+    nq = len(qo) - 1
+    t0 = time.perf_counter()
+    S = (queries.float().cpu() @ h.centroids.T).numpy()                               # [Tq, C]
+    nmax = min(budget.ncells_max, S.shape[1])
+    order = (torch.topk(torch.from_numpy(S), nmax, dim=1).indices.numpy() if S.shape[0]
+             else np.zeros((0, nmax), np.int64))
+    sec = {"centroids": time.perf_counter() - t0, "candidates": 0.0, "exact": 0.0}
+    stats = {"candidates": [], "scored_exactly": [], "ncells": [], "rounds": [], "margin": [], "exhaustive": [],
+             "stop": [], "seconds": sec}
+    out_ids, out_scores = [], []
+    offsets = np.zeros(nq + 1, np.int64)
+    for q in range(nq):
+        a, b = qo[q], qo[q + 1]
+        qv = queries[a:b]
+        one = torch.tensor([0, b - a], dtype=torch.int64)
+
+        def exact(pos: np.ndarray) -> np.ndarray:
+            t = time.perf_counter()
+            if not pos.size:
+                return np.zeros(0, np.float32)
+            s = rescore(qv, one, torch.zeros(pos.size, dtype=torch.int64), torch.from_numpy(h.ids[pos]))
+            sec["exact"] += time.perf_counter() - t
+            return np.asarray(torch.as_tensor(s).detach().cpu(), np.float32)
+
+        pos, e, info = _one_query(h, S[a:b], order[a:b], k, groups, exact, budget, nmax, sec)
+        out_ids.append(h.ids[pos])
+        out_scores.append(e)
+        offsets[q + 1] = offsets[q] + pos.size
+        for key, v in info.items():
+            stats[key].append(v)
+    return GroupResult(offsets, np.concatenate(out_ids) if out_ids else np.zeros(0, np.int64),
+                       np.concatenate(out_scores) if out_scores else np.zeros(0, np.float32), stats)
+
+
+def _one_query(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.ndarray, exact, budget: Budget,
+               nmax: int, sec: dict):
+    t0 = time.perf_counter()
+    st = np.ascontiguousarray(s.T)                                                  # [C, L]
+    n = min(budget.ncells, nmax)
+    seen, cand = _probe(h, order, 0, n, np.zeros(0, np.int64))
+    F = full_scores(h, st, cand)
+    E = np.full(cand.size, -np.inf, np.float32)
+    scored = np.zeros(cand.size, bool)
+    sec["candidates"] += time.perf_counter() - t0
+    first = max(budget.first, 2 * k)
+
+    def score(sel):
+        E[sel] = exact(cand[sel])
+        scored[sel] = True
+
+    by_f = np.argsort(-F, kind="stable")
+    score(by_f[:first])
+    rest = by_f[first:]
+    sample = rest[np.unique(np.linspace(0, rest.size - 1, min(budget.sample, rest.size)).astype(np.int64))] \
+        if rest.size else rest
+    score(sample)
+    err_s = E[sample] - F[sample]
+    rounds, m = 0, 0.0
+    converged, stop = False, "margin"
+    while True:
+        rounds += 1
+        sk, n_groups = _kth_group(groups[cand[scored]], E[scored], k)
+        err = E[scored] - F[scored]
+        err = err[np.isfinite(err)]
+        m = float(err.max()) if err.size else 0.0
+        if err_s.size > 1 and np.isfinite(err_s).all():
+            m = max(m, float(err_s.mean() + budget.z * err_s.std()))
+        if sk == float("-inf"):
+            left = np.flatnonzero(~scored)
+            todo = left[np.argsort(-F[left], kind="stable")[:first]]
+        else:
+            todo = np.flatnonzero(~scored & (F >= sk - m))
+        if todo.size and scored.sum() + todo.size > h.live.size * budget.max_share:
+            stop = "max_share"
+            break
+        if todo.size:
+            score(todo)
+            continue
+        if n >= nmax:
+            converged = n >= h.ivf_offsets.size - 1 or cand.size >= h.live.size
+            stop = "ncells_max"
+            break
+        t0 = time.perf_counter()
+        n2 = min(2 * n, nmax)
+        cells, new = _probe(h, order, n, n2, seen)
+        seen = np.union1d(seen, cells)
+        n = n2
+        if new.size:
+            new = new[~np.isin(new, cand)]
+        if not new.size:
+            sec["candidates"] += time.perf_counter() - t0
+            continue
+        fn = full_scores(h, st, new)
+        sec["candidates"] += time.perf_counter() - t0
+        if sk > float("-inf") and float(fn.max()) < sk - m:
+            converged = True
+            break
+        cand, F = np.concatenate([cand, new]), np.concatenate([F, fn])
+        E = np.concatenate([E, np.full(new.size, -np.inf, np.float32)])
+        scored = np.concatenate([scored, np.zeros(new.size, bool)])
+    _, n_groups = _kth_group(groups[cand[scored]], E[scored], k)
+    exhaustive = (n_groups < k or (not converged and budget.unsettled == "exhaustive")) \
+        and int(scored.sum()) < h.live.size
+    if exhaustive:  # the probes did not settle the top k: score every live item
+        rest = h.live[~np.isin(h.live, cand[scored])]
+        cand = np.concatenate([cand[scored], rest])
+        E = np.concatenate([E[scored], exact(rest)])
+        scored = np.ones(cand.size, bool)
+    info = {"candidates": int(cand.size), "scored_exactly": int(scored.sum()), "ncells": n, "rounds": rounds,
+            "margin": round(m, 4), "exhaustive": bool(exhaustive), "stop": stop if n_groups >= k else "groups"}
+    return cand[scored], E[scored], info
