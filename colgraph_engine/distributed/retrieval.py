@@ -264,7 +264,7 @@ class ShardedPipeline:
             ship_i = ship and (self.gather_from == "files" or self._files_ok.get(i, True))
             have = self._held_columns(i) if ship_i and self._docs else None
             calls[i] = ("recall_scores", (arg, cfg.recall_ranker, known, cfg.kd if top else None, skip, ship_i, have,
-                                          cfg if cfg.recall_ranker == "prefilter" else None))
+                                          cfg if cfg.recall_ranker in ("prefilter", "auto") else None))
         self.last_spans["submit"] += time.perf_counter() - t0
         answers = list(sh.scatter(calls, self.timeout_s, small=isinstance(arg, bytes)).values())
         spans, received = self.last_spans, time.time()

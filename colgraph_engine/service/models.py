@@ -26,8 +26,8 @@ SERVICE_CAPS: dict[str, tuple[int, int]] = {
 _CHOICES = {"recall_side": _cfg.RECALL_SIDES, "recall_ranker": _cfg.RECALL_RANKERS, "fusion": _cfg.FUSIONS,
             "retrieval": _cfg.RETRIEVALS, "filter": _cfg.FILTERS, "visual_ranker": _cfg.VISUAL_RANKERS,
             "visual_units": _cfg.VISUAL_UNITS, "context_mode": _cfg.CONTEXT_MODES}
-if hasattr(_cfg, "PREFILTER_MODES"):
-    _CHOICES["prefilter_mode"] = _cfg.PREFILTER_MODES
+_CHOICES["prefilter_mode"] = _cfg.PREFILTER_MODES
+_CHOICES["prefilter_budget"] = _cfg.PREFILTER_BUDGETS
 NOT_OVERRIDABLE = ("only_context",)
 # Caps of the web page's routes (ours): nodes and edges one answer may describe, documents and
 # nodes per page. 300 nodes keep the page's force layout (O(n^2) per step) well under a second.
