@@ -59,6 +59,8 @@ def add_parser(sub) -> None:
     b.add_argument("dir", type=Path)
     b.add_argument("--out", type=Path, required=True, help="the index directory")
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming an existing index")
+    b.add_argument("--no-prefilter", dest="prefilter", action="store_false",
+                   help="a new index carries no centroid prefilter (recall stays exact MaxSim at every size)")
     _ingest_options(b)
     a = isub.add_parser("add", help="add folders or files to an index")
     a.add_argument("index", type=Path)
@@ -192,7 +194,23 @@ def _build(args) -> int:
     else:
         enc = ENCODER_SETS[args.encoders or "offline"]()
         index = KnowledgeIndex.create(args.out, enc, overwrite=args.overwrite)
+        if args.prefilter:
+            carry_prefilters(index)
     return _ingest_and_report(index, [args.dir], args, args.out)
+
+
+def carry_prefilters(index) -> dict[str, str]:
+    """Makes a new index carry the recall stores' prefilters, each deferred until its store is
+    large enough for the default ``recall_ranker="auto"`` to use it (``prefilter_min_tokens``
+    tokens of d = 128, scaled by the largest store dimension): a small index never pays a
+    k-means, a large one has its prefilter built and kept up to date by its commits."""
+    from .kg import prefilters
+    from .pipeline.config import PipelineConfig
+    from .pipeline.recall import AUTO_DIM
+
+    widest = max((d for s, d in index.dims.items() if s in prefilters.DEFAULT_STORES), default=AUTO_DIM)
+    min_tokens = max(prefilters.DEFAULT_MIN_TOKENS, PipelineConfig().prefilter_min_tokens * AUTO_DIM // widest)
+    return index.enable_prefilter(min_tokens=min_tokens)
 
 
 def _add(args) -> int:
