@@ -100,17 +100,10 @@ HIT_REFERENCE = "lightrag-hybrid"
 # Small helpers (every role)
 # ------------------------------------------------------------------------------------------
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def mem() -> dict:
-    return {"rss_bytes": _status("VmRSS"), "rss_anon_bytes": _status("RssAnon"),
-            "rss_file_bytes": _status("RssFile"), "hwm_bytes": _status("VmHWM")}
+    """This process's RSS figures (``_lightrag_side.mem``: both sides measure alike)."""
+    import _lightrag_side as side
+    return side.mem()
 
 
 def available_memory() -> int:

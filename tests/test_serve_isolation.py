@@ -3,21 +3,13 @@ reader fails alone (its worker is killed and replaced) and the server goes on an
 ingesting."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 
 from tests.test_ingest_isolation import blank_pdf
-from tests.test_service import index_dir, template  # noqa: F401 (fixtures)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.test_service import free_port, index_dir, template, wait_until_serving  # noqa: F401 (fixtures)
 
 
 def test_a_hanging_upload_fails_alone_and_the_server_goes_on(index_dir, tmp_path):  # noqa: F811
@@ -29,16 +21,7 @@ def test_a_hanging_upload_fails_alone_and_the_server_goes_on(index_dir, tmp_path
                              "--max-wait-ms", "1", "--max-pages", "0", "--file-timeout", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "colgraph serve did not come up"
-            time.sleep(0.2)
+        wait_until_serving(proc, url, lambda: proc.communicate()[1].decode()[-2000:], timeout=90)
         before = httpx.get(url + "/health", timeout=10).json()["documents"]
         r = httpx.post(url + "/documents", files=[("files", ("big.pdf", big.read_bytes(), "application/pdf"))],
                        timeout=180)

@@ -92,6 +92,28 @@ def in_process(path: Path, query: Query, **changes) -> dict:
     return comparable(json.loads(json_bytes(pipe.retrieve(query).as_dict())))
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (for a server started in a subprocess)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(proc: subprocess.Popen, url: str, why, timeout: float = 60.0) -> None:
+    """Returns once the `colgraph serve` process `proc` answers ``GET /health`` at `url`; fails
+    with ``why()`` (its stderr) when it exits first, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, why()
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "colgraph serve did not come up"
+        time.sleep(0.1)
+
+
 @contextmanager
 def serving(app, **config):
     """The app on a real uvicorn server on 127.0.0.1 (an ephemeral port), in a thread."""
@@ -492,26 +514,14 @@ def test_queries_are_answered_while_a_write_is_in_progress(index_dir):
 # -- the command ------------------------------------------------------------------------------------
 
 def test_colgraph_serve_command_serves_and_exits_cleanly_on_sigterm(index_dir):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     env = dict(os.environ, SERVE_TOKEN="t0ken")
     proc = subprocess.Popen([sys.executable, "-m", "colgraph_engine", "serve", str(index_dir), "--port", str(port),
                              "--token-env", "SERVE_TOKEN", "--max-wait-ms", "1", "--log-level", "info"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "colgraph serve did not come up"
-            time.sleep(0.1)
+        wait_until_serving(proc, url, lambda: proc.communicate()[1].decode()[-2000:])
         r = httpx.post(url + "/query", json={"question": QUESTIONS[0], "config": {"kd": 3}},
                        headers={"authorization": "Bearer t0ken"}, timeout=60)
         assert r.status_code == 200 and comparable(r.json()) == in_process(index_dir, Query(QUESTIONS[0]), kd=3)

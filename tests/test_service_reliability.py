@@ -19,11 +19,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -37,8 +35,8 @@ from colgraph_engine.demo_corpus import _photo
 from colgraph_engine.kg import KnowledgeIndex
 from colgraph_engine.pipeline import Query
 from colgraph_engine.service import ServiceConfig, create_app
-from tests.test_service import (ENC, OBSERVATORY_NOTE, comparable, in_process, index_dir,  # noqa: F401 (fixtures)
-                                png_bytes, template)
+from tests.test_service import (ENC, OBSERVATORY_NOTE, comparable, free_port, in_process, index_dir,  # noqa: F401 (fixtures)
+                                png_bytes, template, wait_until_serving)
 
 
 def b64(data: bytes) -> str:
@@ -186,26 +184,14 @@ def test_a_kill_9_during_an_upload_leaves_a_folder_that_the_next_start_sweeps(in
             release.wait(60)
         return prompts.COMPLETE
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with chat_standin(reply) as (llm, _):
         proc = subprocess.Popen([sys.executable, "-m", "colgraph_engine", "serve", str(index_dir), "--port", str(port),
                                  "--llm-url", llm, "--llm-model", "extract", "--timeout", "60", "--max-wait-ms", "1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "colgraph serve did not come up"
-                time.sleep(0.1)
+            wait_until_serving(proc, url, lambda: proc.communicate()[1].decode()[-2000:])
             r = httpx.post(url + "/documents", files=[("files", ("kept.txt", b"Ships are built in the harbour town.",
                                                                  "text/plain"))], timeout=60)
             assert r.status_code == 200, r.text

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,6 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import httpx
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -39,6 +37,7 @@ from colgraph_engine.kg import demo_data as kg_demo
 from colgraph_engine.kg.document import DocumentInput
 from colgraph_engine.kg.segment import Section
 from tests._browser import Browser, find_chromium
+from tests.test_service import free_port, wait_until_serving
 from tests.test_service_views import big_document, pdf_bytes, with_image_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,12 +66,6 @@ pytestmark = pytest.mark.skipif(find_chromium() is None, reason=(
 
 # -- servers, browser, artefacts ------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def colgraph_serve(index_dir: Path, log: Path, token: str | None = None, extra: tuple[str, ...] = ()):
     """A real ``colgraph serve`` process on 127.0.0.1 (an ephemeral port); yields its URL."""
@@ -87,16 +80,7 @@ def colgraph_serve(index_dir: Path, log: Path, token: str | None = None, extra: 
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, log.read_text()[-3000:]
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "colgraph serve did not come up"
-                time.sleep(0.1)
+            wait_until_serving(proc, url, lambda: log.read_text()[-3000:], timeout=120)
             yield url
         finally:
             proc.send_signal(signal.SIGTERM)
