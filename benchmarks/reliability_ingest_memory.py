@@ -42,24 +42,11 @@ CASES = ("bomb1", "bomb3", "blank200", "blank800", "blank10000_nopages", "md50")
 NO_ISOLATE = ("blank800_noisolate", "md50_noisolate")
 
 
-def bomb_pdf(path: Path, pages: int = 1, side: float = 14400.0) -> int:
-    """A minimal PDF of `pages` empty pages of `side` x `side` points, written by hand; its size."""
-    objs = [b"<< /Type /Catalog /Pages 2 0 R >>",
-            b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % (3 + i) for i in range(pages))
-            + b"] /Count %d >>" % pages]
-    objs += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %g %g] /Resources << >> >>" % (side, side)
-             for _ in range(pages)]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
-    path.write_bytes(bytes(out))
-    return len(out)
+def bomb_pdf(path: Path, pages: int = 1) -> None:
+    """The hand-written 14400 x 14400 pt page-size bomb of the tests (``tests/test_ingest_bounded.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.test_ingest_bounded import bomb_pdf as write
+    write(path, pages=pages)
 
 
 def blank_pdf(path: Path, pages: int, width: float = 612.0, height: float = 792.0) -> int:
