@@ -178,22 +178,25 @@ class Run:
                 torch.cuda.empty_cache()
 
 
-def section_check(run: Run):
-    """Fused decode-and-score kernel vs the float64 reference decode; the store vs float64 MaxSim."""
+def section_check(run: Run, quick: bool = False):
+    """Fused decode-and-score kernel vs the float64 reference decode; the store vs float64 MaxSim.
+    `quick` (the CPU check, Triton interpreted): the same checks on a tenth of the tokens."""
     dev = run.device
     from colgraph_engine.kernels import prefilter as kp
     g = torch.Generator().manual_seed(int(time.time()) % 100000)  # fresh inputs each run
+    n_docs, max_len, q_lens = (12, 30, (1, 5, 9, 17)) if quick else (40, 300, (1, 32, 33, 70))
     for nbits in (1, 2, 4):
         for unit in (True, False):
-            lengths = torch.randint(0, 300, (40,), generator=g).tolist()
+            lengths = torch.randint(0, max_len, (n_docs,), generator=g).tolist()
             docs = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in lengths]
-            idx = PrefilterIndex.build(docs, nbits=nbits, n_centroids=64, device=dev, normalize_decoded=unit)
+            idx = PrefilterIndex.build(docs, nbits=nbits, n_centroids=16 if quick else 64, device=dev,
+                                       normalize_decoded=unit)
             s = idx.snapshot()
-            queries = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in (1, 32, 33, 70)]
+            queries = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in q_lens]
             qv = torch.cat(queries).to(dev)
             qo = torch.tensor([0] + [q.shape[0] for q in queries]).cumsum(0).to(dev)
-            pq = torch.arange(4).repeat_interleave(40).to(dev)
-            pd = torch.arange(40).repeat(4).to(dev)
+            pq = torch.arange(4).repeat_interleave(n_docs).to(dev)
+            pd = torch.arange(n_docs).repeat(4).to(dev)
             out = kp.score_pairs(qv, qo, s.centroids, s.weights.to(dev), s.codes, s.residuals, s.offsets, pq, pd,
                                  nbits, unit=s.unit).cpu()
             ref_state = s.with_(**{f: getattr(s, f).cpu() for f in TENSOR_FIELDS})
@@ -205,7 +208,7 @@ def section_check(run: Run):
             run.check(what="prefilter kernel vs float64 reference", nbits=nbits, unit=unit, pairs=int(pq.numel()),
                       rel_err=err, empty_docs_match=ok_inf, passed=ok_inf and err < 5e-3)
     # the store's exact top-10 against a float64 brute force
-    nd, ld = 3000, 64
+    nd, ld = (300, 16) if quick else (3000, 64)
     vals = F.normalize(torch.randn(nd * ld, 128, generator=g), dim=-1).to(torch.bfloat16)
     q = F.normalize(torch.randn(8 * 32, 128, generator=g), dim=-1).to(torch.bfloat16)
     store = PackedStore(128, torch.bfloat16, dev)
@@ -447,7 +450,7 @@ def main(argv=None) -> int:
     run.colsearch = args.colsearch
     todo = args.sections.split(",")
     if "check" in todo:
-        run.guard("check", section_check, run)
+        run.guard("check", section_check, run, args.quick)
     if "copy" in todo:
         run.guard("copy", section_copy, run)
     if "corpora" in todo:

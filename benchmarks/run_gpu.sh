@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs benchmarks/gpu_maxsim.py (default) or benchmarks/gpu_pipeline.py (--pipeline) on a lent
-# GPU machine, from a plain copy of this repository.
+# GPU machine, from a plain copy of this repository, one script at a time with all its sections.
+# For the headline figures in ONE device call (all three, each with its share of <= 9 minutes, the
+# native module built there) use benchmarks/gpu_all.sh instead (benchmarks/README.md, "One GPU run").
 #
 #   bash benchmarks/run_gpu.sh [--smoke]                 # MaxSim kernels vs peers: up to ~8 min
 #   bash benchmarks/run_gpu.sh --pipeline [ARGS...]      # the retrieval pipeline at 10k documents: ~4-7 min

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .. import backend as _backend
 import numbers
 
-from ..packed import _all_finite, check_finite, check_no_grad, check_offsets, check_packed
+from ..packed import _all_finite, check_finite, check_no_grad, check_offsets, check_packed, check_values
 from . import reference
 
 
@@ -92,9 +92,27 @@ def _unit(values: torch.Tensor) -> torch.Tensor:
 NORMALIZE_BLOCK_ELEMS = 1 << 19
 
 
-def _check_pair(q_values, q_offsets, d_values, d_offsets):
+def _check_offsets_layout(offsets, device: torch.device, name: str) -> torch.Tensor:
+    """The O(1) part of :func:`~colgraph_engine.packed.check_offsets`: type, dtype, shape and
+    device, without reading a value (no pass over the items, no device-to-host read)."""
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.int64 tensor, got {type(offsets).__name__}")
+    if offsets.dtype != torch.int64:
+        raise TypeError(f"{name}: expected dtype torch.int64, got {offsets.dtype}")
+    if offsets.dim() != 1 or offsets.numel() < 1:
+        raise ValueError(f"{name}: expected shape [N+1] with N >= 0, got {tuple(offsets.shape)}")
+    if offsets.device != device:
+        raise ValueError(f"{name}: expected device {device} (same as the values), got {offsets.device}")
+    return offsets
+
+
+def _check_pair(q_values, q_offsets, d_values, d_offsets, trusted_docs: bool = False):
     qv, qo = check_packed(q_values, q_offsets, "queries")
-    xv, xo = check_packed(d_values, d_offsets, "docs")
+    if trusted_docs:  # the caller vouches for the offsets' values (see maxsim_candidates)
+        xv = check_values(d_values, "docs_values")
+        xo = _check_offsets_layout(d_offsets, xv.device, "docs_offsets")
+    else:
+        xv, xo = check_packed(d_values, d_offsets, "docs")
     if qv.dtype != xv.dtype:
         raise TypeError(f"queries_values: expected the documents' dtype {xv.dtype}, got {qv.dtype}")
     if qv.shape[1] != xv.shape[1]:
@@ -208,7 +226,7 @@ def maxsim_candidates(queries_values: torch.Tensor, queries_offsets: torch.Tenso
                       docs_values: torch.Tensor, docs_offsets: torch.Tensor,
                       cand_offsets: torch.Tensor, cand_ids: torch.Tensor, *,
                       normalize: bool = False, backend: str | None = None,
-                      assume_finite: bool = False) -> torch.Tensor:
+                      assume_finite: bool = False, trusted_docs: bool = False) -> torch.Tensor:
     """Scores each query against its own candidate documents only (graph-restricted rerank).
 
     Query i's candidates are ``cand_ids[cand_offsets[i]:cand_offsets[i+1]]`` (CSR). Every listed
@@ -217,12 +235,22 @@ def maxsim_candidates(queries_values: torch.Tensor, queries_offsets: torch.Tenso
     Args:
         cand_offsets: ``[Nq+1]`` int64, CSR offsets into `cand_ids`.
         cand_ids: ``[C]`` int64 document indices in ``[0, Nd)``.
+        trusted_docs: the caller vouches that `docs_offsets` is valid for `docs_values`
+            (``docs_offsets[0] == 0``, non-decreasing, ``docs_offsets[-1] == Td``), as a store's
+            snapshot is, validated when its items were added. Skips the check of the offsets'
+            values, a pass over all Nd documents with a device-to-host read on every call, so
+            the call costs O(queries + candidates) however large the store; the types, dtypes,
+            shapes and devices of both tensors are still checked, and the queries and the
+            candidate list in full. Invalid offsets passed with ``trusted_docs=True`` give
+            undefined scores (possibly an out-of-bounds read on a GPU), never an error.
         (others as in :func:`maxsim`)
 
     Returns:
-        ``[C]`` float32: ``out[c] = MaxSim(query owning c, document cand_ids[c])``.
+        ``[C]`` float32: ``out[c] = MaxSim(query owning c, document cand_ids[c])``. The scores do
+        not depend on `trusted_docs`.
     """
-    qv, qo, xv, xo = _check_pair(queries_values, queries_offsets, docs_values, docs_offsets)
+    _check_bool(trusted_docs, "trusted_docs")
+    qv, qo, xv, xo = _check_pair(queries_values, queries_offsets, docs_values, docs_offsets, trusted_docs)
     co, ci = check_candidates(cand_offsets, cand_ids, qo.numel() - 1, xo.numel() - 1, qv.device)
     _check_bool(normalize, "normalize")
     _check_bool(assume_finite, "assume_finite")

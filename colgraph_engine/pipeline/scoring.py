@@ -51,21 +51,15 @@ def score_pairs(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, cand_offsets
 
 def _candidates_trusted(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, co: torch.Tensor,
                         ci: torch.Tensor) -> torch.Tensor:
-    """:func:`colgraph_engine.ops.maxsim_candidates` (the same kernel, the same scores) without
-    re-validating the store's own offsets: ``ops`` checks them with a pass over every item on
-    each call, which made every seeds, evidence and recall call O(store items) per query (0.7 ms
-    a query at 10,000 documents, 250k items). A view's snapshot was validated when its items were
-    added; the queries and the candidate list are checked here (O(their size))."""
-    from .. import backend as _backend
-    from ..ops import scoring as _ops
-    from ..packed import check_packed
-    qv, qo = check_packed(as_store_dtype(qv, store), qo.to(store.device), "queries")
-    co, ci = _ops.check_candidates(co.to(store.device), ci.to(store.device), qo.numel() - 1, store.n_slots,
-                                   store.device)
-    if qv.shape[1] != store.dim:
-        raise ValueError(f"queries_values: expected dimension d={store.dim} (the store's), got {qv.shape[1]}")
-    name = _backend.resolve("maxsim_candidates", store.device, None)
-    return _ops._candidates_impl(name, qv, qo, store.values, store.offsets, co, ci)
+    """``[C]`` :func:`colgraph_engine.ops.maxsim_candidates` of the queries against their
+    candidate slots of `store`, with ``trusted_docs=True``: a view's snapshot was validated when
+    its items were added, and re-validating its offsets on each call made every seeds, evidence
+    and recall call O(store items) per query (0.7 ms a query at 10,000 documents, 250k items).
+    The queries and the candidate list are checked (O(their size)); store values were checked
+    finite when added, queries when encoded (``assume_finite=True``)."""
+    dev = store.device
+    return ops.maxsim_candidates(as_store_dtype(qv, store), qo.to(dev), store.values, store.offsets, co.to(dev),
+                                 ci.to(dev), assume_finite=True, trusted_docs=True)
 
 
 def cosine_pairs(store: Vectors, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
