@@ -16,7 +16,8 @@ Corpus: ``pipeline_report.py``'s generator with images stripped (``n_images=0``)
 10 relations as LightRAG records. Questions: its seeded "What is the relation between A and B?"
 for a relation of a random document, that document being the question's *source document*.
 
-Vectors: ``Encoders.offline(text_dim=128)``. Our index embeds as it always does (token vectors
+Vectors: ``Encoders.offline(text_dim=128)``. Our index stores its token vectors in ``--dtype``
+(default float16, what ``colgraph index build`` makes; float32 before). Our index embeds as it always does (token vectors
 for segments, single vectors for entities and relations). LightRAG gets the *same single
 vectors*: its chunks, entities and relations are given the vectors our text encoder gives the
 same items (an entity: ``encoders.text("name: description")``, the text our index embeds for
@@ -251,13 +252,16 @@ def ours_ingest(argv) -> dict:
     p.add_argument("--out", type=pathlib.Path, required=True)
     p.add_argument("--chunk", type=int, default=1000)
     p.add_argument("--torch-threads", type=int, default=1)
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     a = p.parse_args(argv)
+    import torch
+
     from colgraph_engine.kg import Encoders, KnowledgeIndex, build_document_graph, encode_document
     _torch_threads(a.torch_threads)
     enc = Encoders.offline(text_dim=TEXT_DIM)
     rss_imported = mem()["rss_bytes"]
     t = time.perf_counter()
-    index = KnowledgeIndex.create(a.out, enc, overwrite=True)
+    index = KnowledgeIndex.create(a.out, enc, overwrite=True, dtype=getattr(torch, a.dtype))
     create_s = time.perf_counter() - t
     graph_s = embed_s = commit_s = gen_s = 0.0
     for lo in range(0, a.docs, a.chunk):
@@ -618,7 +622,7 @@ def run_size(n: int, args, encoders, lr_py: pathlib.Path, base: dict, measured_o
             tqdm.write(f"== {n:,} documents: our ingest")
             ours["ingest"] = run_job(f"ours ingest {n:,}", [py, me, "_ours-ingest", "--docs", str(n), "--seed",
                                                                str(args.seed), "--out", str(folder / "ours"), "--chunk",
-                                                               str(args.chunk), *tt],
+                                                               str(args.chunk), "--dtype", args.dtype, *tt],
                                      ROOT, logs / "ours_ingest.log", n, progress, env,
                                      timeout_s=60 * args.max_ingest_minutes if args.max_ingest_minutes else None)
             ours["disk"] = folder_bytes(folder / "ours")
@@ -1131,6 +1135,8 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--batches", type=int, default=2, help="batches timed per row and size")
     p.add_argument("--chunk", type=int, default=1000, help="documents per add_documents call (ours)")
+    p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"),
+                   help="our index's vector dtype (KnowledgeIndex.create(dtype=...); colgraph index build's default)")
     p.add_argument("--lightrag-batch", type=int, default=1000, help="documents per insert_custom_kg call")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--torch-threads", type=int, default=1)

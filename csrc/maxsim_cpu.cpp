@@ -272,6 +272,22 @@ Plan make_plan(ElemType type, int64_t d) {
   return {avx ? Path::Avx512F32 : Path::Portable, type != ElemType::F32};
 }
 
+// 16-bit rows widened to fp32, 16 elements per instruction: vcvtph2ps is exact for every
+// half (subnormals included), and a bf16 is the high half of its fp32, so both give the same
+// values as load_as_f32 element by element (scores stay bit-identical), without its per-element
+// branches (the scalar loop made an fp16 store 1.6x slower to score than fp32).
+__attribute__((target("avx512f"))) void widen_avx512(const uint16_t* src, float* dst, int64_t n, ElemType type) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m512 f = type == ElemType::F16
+                         ? _mm512_cvtph_ps(h)
+                         : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_storeu_ps(dst + i, f);
+  }
+  for (; i < n; ++i) dst[i] = load_as_f32(src, i, type);
+}
+
 // Resolves document j to the rows a kernel reads, widening to fp32 in `scratch` when needed.
 DocRows doc_rows(const PackedView& docs, ElemType type, const Plan& plan, int64_t j,
                  std::vector<float>& scratch) {
@@ -280,7 +296,11 @@ DocRows doc_rows(const PackedView& docs, ElemType type, const Plan& plan, int64_
   if (!plan.widen_docs)
     return {static_cast<const char*>(docs.values) + begin * d * elem, rows, d};
   scratch.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * d));
-  for (int64_t i = 0; i < rows * d; ++i) scratch[i] = load_as_f32(docs.values, begin * d + i, type);
+  if (plan.path == Path::Avx512F32) {
+    widen_avx512(static_cast<const uint16_t*>(docs.values) + begin * d, scratch.data(), rows * d, type);
+  } else {
+    for (int64_t i = 0; i < rows * d; ++i) scratch[i] = load_as_f32(docs.values, begin * d + i, type);
+  }
   return {scratch.data(), rows, d};
 }
 

@@ -9,7 +9,8 @@ Directory layout (format version 3)::
                              name, committed rows), totals (the parts' sums); optionally
                              prefilter (settings, and per store its base folder with that
                              folder's manifest sha256 and its appended pieces with theirs, or
-                             null while deferred)
+                             null while deferred), or prefilter_declined (true: turned off by
+                             disable_prefilter, so nothing carries them again unasked)
       parts/<name>.part      one batch of whole documents in ONE file (see kg/parts.py): graph
                              columns, UTF-8 string blobs and item tables behind a header that holds
                              each array's sha256, and per store the row count and sha256 of the rows
@@ -279,6 +280,9 @@ class KnowledgeIndex:
         # False: every change writes a touched store's prefilter folder whole (the layout before
         # appended pieces; kept for benchmarks/index_prefilter_commit.py to compare against)
         self._pf_append = True
+        # True after disable_prefilter(): whoever made the index turned prefilters off, so the
+        # service's writer (which makes an index carry them before its first change) leaves it
+        self._pf_declined = False
 
     @staticmethod
     def _check_dims(dims) -> None:
@@ -363,6 +367,7 @@ class KnowledgeIndex:
         index._generation = m["generation"]
         index._next_number = m["next_doc_number"]
         index._disk_version = m["version"]
+        index._pf_declined = m.get("prefilter_declined") is True
         if m["version"] == 3:
             index._open_parts(m, verify=verify, progress=progress)
             index._open_prefilters(m, verify=verify, repair=repair_prefilter)
@@ -415,7 +420,7 @@ class KnowledgeIndex:
     def enable_prefilter(self, stores: Sequence[str] = _pf.DEFAULT_STORES, *, nbits: int = 2,
                          min_tokens: int = _pf.DEFAULT_MIN_TOKENS,
                          rebuild_drift: float | None = _pf.DEFAULT_REBUILD_DRIFT,
-                         progress: bool = False) -> dict[str, str]:
+                         progress: bool = False, commit: bool = True) -> dict[str, str]:
         """Makes the named stores carry a centroid prefilter (a
         :class:`~colgraph_engine.index.PrefilterIndex` keyed by the stores' uids), maintained by
         every later add and removal and, in a directory, committed with them (one manifest
@@ -433,6 +438,11 @@ class KnowledgeIndex:
             rebuild_drift: rebuild a store's prefilter from its vectors during the commit whose
                 additions bring its drift above this (None: never).
             progress: a tqdm bar over each build's k-means iterations.
+            commit: False (a directory index only): nothing is built or written now; the
+                settings take effect in memory and the next change's commit carries them,
+                building each store's prefilter there when the store is large enough (so the
+                change and the prefilters it starts carrying commit together, or neither does;
+                the service's writer uses it).
 
         Returns ``{store: what happened}`` (``"built (...)"`` or ``"deferred (...)"``). Raises
         ValueError naming the argument for unknown stores, nbits outside {1, 2, 4} (or one
@@ -441,7 +451,14 @@ class KnowledgeIndex:
         if stores is _pf.DEFAULT_STORES:
             stores = tuple(s for s in stores if s in self.dims)
         settings = _pf.PrefilterSettings.checked(stores, nbits, min_tokens, rebuild_drift, self.dims)
+        if not isinstance(commit, bool):
+            raise TypeError(f"commit: expected a bool, got {type(commit).__name__}")
+        if not commit and self.path is not None:
+            self._pf_settings, self._prefilters, self._pf_declined = settings, {}, False
+            self._pf_events = {s: "carried from the next commit" for s in settings.stores}
+            return dict(self._pf_events)
         plan = {s: _pf.next_prefilter(settings, None, self.stores[s], progress=progress) for s in settings.stores}
+        self._pf_declined = False
         if self.path is not None:
             with self._writer():
                 if self._disk_version != INDEX_VERSION:
@@ -454,15 +471,28 @@ class KnowledgeIndex:
 
     def disable_prefilter(self) -> None:
         """Stops carrying prefilters; in a directory, commits a manifest without them (their
-        folders are then deleted like any unlisted file)."""
-        if self._pf_settings is None:
+        folders are then deleted like any unlisted file) that records the choice
+        (:attr:`prefilter_declined`: the service's writer then does not make the index carry
+        them again; :meth:`enable_prefilter` clears it)."""
+        if self._pf_settings is None and self._pf_declined:
             return
+        declined, self._pf_declined = self._pf_declined, True  # the commit below records it
         if self.path is not None:
-            with self._writer():
-                if self._disk_version != INDEX_VERSION:
-                    self._rewrite_all()
-                self._commit_prefilters({}, settings=None, replace=True)
+            try:
+                with self._writer():
+                    if self._disk_version != INDEX_VERSION:
+                        self._rewrite_all()
+                    self._commit_prefilters({}, settings=None, replace=True)
+            except BaseException:
+                self._pf_declined = declined
+                raise
         self._pf_settings, self._prefilters, self._pf_events = None, {}, {}
+
+    @property
+    def prefilter_declined(self) -> bool:
+        """True when prefilters were turned off (:meth:`disable_prefilter`), recorded in the
+        manifest: nothing makes this index carry them unless :meth:`enable_prefilter` is called."""
+        return self._pf_declined
 
     def prefilter(self, store: str):
         """The :class:`~colgraph_engine.index.PrefilterIndex` `store` carries (ids are the
@@ -951,6 +981,8 @@ class KnowledgeIndex:
         }
         if pf_settings is not None:
             manifest["prefilter"] = _pf.section(pf_settings, pf_files)
+        elif self._pf_declined:
+            manifest["prefilter_declined"] = True
         _replace_file(self.path / "manifest.json", json.dumps(manifest, separators=(",", ":"), sort_keys=True),
                       pending)
         self._manifest_stat = _stat_key(self.path / "manifest.json")

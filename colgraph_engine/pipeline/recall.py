@@ -187,6 +187,14 @@ def _carried_checked(view: IndexView, name: str):
     return _cached(view, (name, "checked"), check)
 
 
+def _doc_column(view: IndexView, name: str) -> torch.Tensor:
+    """``[N]`` int64 document column (position in ``view.numbers``) of every slot of store `name`,
+    once per view: recomputing it for every query batch was O(units) work even on the
+    prefilter path."""
+    return _cached(view, (name, "doc_column"),
+                   lambda: torch.from_numpy(np.searchsorted(view.numbers, view.stores[name].doc)))
+
+
 def _hint(view: IndexView, name: str, why: str, tokens: int, threshold: int) -> None:
     """Logs once per index and store that a large store is scored exactly for want of a prefilter."""
     seen = _HINTED.setdefault(view.index, set())
@@ -214,7 +222,7 @@ def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: Pipeli
     says so: fills `best` and returns True; returns False (the reason appended to `paths`) when
     exact MaxSim should run instead."""
     from ..index import AutoSearcher
-    n_live = int(store.alive.sum())
+    n_live = _cached(view, (name, "live"), lambda: int(store.alive.sum()))
     if n_live == 0:
         return False
     if ranker == "auto":
@@ -297,7 +305,7 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray,
         store = view.vectors.get(name)
         if store is None or store.n_slots == 0:
             continue
-        col = torch.from_numpy(np.searchsorted(view.numbers, view.stores[name].doc))  # [N] document column
+        col = _doc_column(view, name)  # [N] document column
         if ranker in ("auto", "prefilter"):
             if _prefilter_side(view, name, store, sub_v, sub_o, cfg or PipelineConfig(recall_ranker=ranker), best, col,
                                paths if paths is not None else [], ranker, stats):
