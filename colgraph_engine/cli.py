@@ -1,14 +1,22 @@
 """The ``colgraph`` command.
 
-    colgraph demo [--out DIR] [--json]          build the demo index offline and answer its questions
+    colgraph demo [--out DIR] [--json] [--encoders SET] [--device D]   build the demo index offline and
+                                                answer its questions (default encoders: hashing, no model)
     colgraph query INDEX QUESTION [--image PATH] [--caption TEXT] [--json] [--kd N --kg N --hops N --k N ...]
+                  [--encoders SET] [--device cpu|cuda]
+                  [--llm-url URL --llm-model NAME [--api-key-env VAR] [--timeout S]]   answer, with citations
+                                                (cli_answer.py: exit codes, the --json schema)
     colgraph info INDEX                         counts, encoders, backends
     colgraph index build|add|remove|info|verify  files -> index, and index upkeep (see cli_index.py)
 
-An index built with the offline encoders (``Encoders.offline()``) or with MiniLM + EfficientNet
-(``--encoders models``) is reopened with the same encoders; names recorded in the manifest must
-match, otherwise the command says which encoders the index needs. A command that runs out of
-disk space prints one line (the path, the free space) and exits 1.
+A new index gets the default encoders, MiniLM tokens + text and EfficientNet patches
+(``--encoders models``); ``--encoders hashing`` is the model-free set (feature hashing, raw pixel
+patches; ``offline`` is its deprecated name) and ``--encoders FAMILY:PATH`` a ColPali-family model
+from a local folder (see ``colgraph_engine.encoders.sets``). An index reopens with the encoders
+its manifest records, loaded once, without naming them; a different ``--encoders`` is refused
+with the set the index needs. ``--device cpu|cuda`` places the models and the scoring (``cuda``
+without CUDA: one line, exit 2). A command that runs out of disk space prints one line (the
+path, the free space) and exits 1.
 """
 from __future__ import annotations
 
@@ -27,32 +35,102 @@ def _offline():
 
 
 def _models():
-    from .encoders import EfficientNetPatchEncoder, MiniLMEncoder
-    from .kg import Encoders
-    m = MiniLMEncoder()
-    return Encoders(text=m.text_encoder(), tokens=m.token_encoder(), patches=EfficientNetPatchEncoder().patch_encoder())
+    from .encoders.sets import load_encoders
+    return load_encoders("models")
 
 
-ENCODER_SETS = {"offline": _offline, "models": _models}
+# the named sets (factories of Encoders on the CPU); ``--encoders`` also takes FAMILY:PATH
+ENCODER_SETS = {"hashing": _offline, "models": _models}
 
 
-def _open_index(path: str, which: str | None):
+def fail(message: str, code: int = 2):
+    """Prints ``colgraph: <message>`` on one line to stderr and exits with `code`."""
+    print(f"colgraph: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def encoders_arg(text: str):
+    """argparse type of ``--encoders``: an EncoderSpec (the error lists the valid names, or
+    names the model folder and what it lacks)."""
+    from .encoders.sets import parse_spec
+    try:
+        return parse_spec(text)
+    except (ValueError, FileNotFoundError) as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("encoders: ")) from None
+
+
+def add_encoder_options(p, *, new_index: bool = False, scoring: bool = True) -> None:
+    """``--encoders`` and ``--device`` of a command that encodes (and, with `scoring`, scores)."""
+    from .encoders.sets import valid_names
+    what = ("encoders of a new index (default: models, MiniLM + EfficientNet); an existing index uses its own"
+            if new_index else "the index's encoders (default: those its manifest records)")
+    p.add_argument("--encoders", type=encoders_arg, default=None, metavar="SET", help=f"{what}: {valid_names()}")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the models run"
+                   + (" and the vectors are scored" if scoring else ""))
+
+
+def checked_device(device: str) -> str:
+    """`device` when it is usable here; else one line on stderr and exit 2."""
+    from .encoders.sets import EncodersUnavailable, check_device
+    try:
+        return str(check_device(device))
+    except (ValueError, EncodersUnavailable) as exc:
+        fail(str(exc).removeprefix("device: "))
+
+
+def load_set(spec, device: str = "cpu", timings: dict | None = None):
+    """The encoders of `spec`, loaded once on `device` (their load seconds added to `timings`);
+    a missing package or folder: one line on stderr, exit 2."""
+    from .encoders.sets import EncodersUnavailable, load
+    try:
+        enc, seconds = load(spec, device)
+    except EncodersUnavailable as exc:
+        fail(str(exc))
+    if timings is not None:
+        timings.update(seconds)
+    return enc
+
+
+def _names(info: dict) -> str:
+    return ", ".join(f"{r}={e['name']}" for r, e in (info or {}).items() if e)
+
+
+def _open_index(path: str, which=None, device: str = "cpu", timings: dict | None = None):
+    """``(index, encoders)``: the index at `path` opened with the encoders its manifest records
+    (the set `which` names, when given, must be that set), each model loaded once."""
+    from .encoders.sets import EncoderSpec, describe_spec, relocated, spec_of, without_source
     from .kg import KnowledgeIndex
     from .kg.index import _read_manifest
 
-    recorded = _read_manifest(Path(path))["encoders"]
-    names = [which] if which else list(ENCODER_SETS)
-    for name in names:
+    if isinstance(which, str):  # a caller in Python naming the set
         try:
-            enc = ENCODER_SETS[name]()
-        except Exception as exc:  # a model package that is not installed
-            if which:
-                raise SystemExit(f"colgraph: --encoders {name}: cannot load ({exc})") from None
-            continue
-        if enc.describe() == recorded:
-            return KnowledgeIndex.open(path, enc), enc
-    raise SystemExit(f"colgraph: the index at {path} was built with encoders {recorded}; "
-                     f"none of {names} matches (build with Encoders.offline() or --encoders models)")
+            which = encoders_arg(which)
+        except argparse.ArgumentTypeError as exc:
+            fail(f"--encoders: {exc}")
+    recorded = _read_manifest(Path(path))["encoders"]
+    want = spec_of(recorded)
+    if which is not None and want is not None and which.kind != want.kind:
+        fail(f"the index at {path} was built with the {describe_spec(want)} encoders ({_names(recorded)}); "
+             f"--encoders {which} is another set: pass --encoders {want} or leave --encoders out")
+    if which is None and want is None:
+        fail(f"the index at {path} was built with encoders that no --encoders set provides ({_names(recorded)}); "
+             "open it from Python with those encoders")
+    spec = which or want
+    if which is None and want.is_family and not Path(want.path).is_dir():
+        fail(f"the index at {path} was built with the {want.kind} model in {want.path}, which is not a folder "
+             f"any more; if it moved, name it: --encoders {want.kind}:NEWPATH")
+    enc = load_set(spec, device, timings)
+    got = enc.describe()
+    if got != recorded:
+        src = (recorded.get("tokens") or {}).get("source")
+        if isinstance(spec, EncoderSpec) and spec.is_family and src and without_source(got) == without_source(recorded):
+            print(f"colgraph: the index records the {spec.kind} model in {src.get('path')}; using {spec.path} "
+                  "(same name and dimensions)", file=sys.stderr)
+            enc = relocated(enc, tuple(src.items()))
+        else:
+            fail(f"the index at {path} was built with encoders {_names(recorded)}; --encoders {spec} gives "
+                 f"{_names(got)}" + (f": pass --encoders {want}" if want is not None else ""))
+    return KnowledgeIndex.open(path, enc), enc
 
 
 def _fmt_box(b):
@@ -60,6 +138,9 @@ def _fmt_box(b):
 
 
 def print_result(r, out=None, *, context_chars: int = 1200) -> None:
+    """Every stage of one result, with the citation (``[doc p.N]``, ``[doc p.N box (...)]``) of each
+    image, source and record."""
+    from .pipeline.citations import record_citation
     from .pipeline.evidence import by_score
     out = sys.stdout if out is None else out
     w = lambda s="": print(s, file=out)  # noqa: E731
@@ -80,11 +161,14 @@ def print_result(r, out=None, *, context_chars: int = 1200) -> None:
     w(f"  5 images by {r.config.visual_ranker} of {why} vs {label}:")
     for h in r.images[:5]:
         what = h.image if h.kind == "image" else f"{h.image} / {h.name}"
-        w(f"      {h.score:7.3f}  {h.kind:<6} {what:<32} box {_fmt_box(h.bbox)}  [{h.doc_id}]")
+        w(f"      {h.score:7.3f}  {h.kind:<6} {what:<32} box {_fmt_box(h.bbox)}  {h.cite or '[' + h.doc_id + ']'}")
     w("  6 records:")
     for rec in sorted(r.evidence.records, key=lambda x: -by_score(x.score))[:5]:
         where = f"{rec.image} {_fmt_box(rec.bbox)}" if rec.image else f"segments {list(rec.segments)}"
-        w(f"      ({rec.subject} | {rec.predicate} | {rec.object})  {rec.doc_id} {where}")
+        w(f"      ({rec.subject} | {rec.predicate} | {rec.object})  {record_citation(rec).label()} {where}")
+    w("    sources:")
+    for s in r.evidence.sources[:5]:
+        w(f"      {s['score']:7.3f}  {s['name']:<12} {s.get('cite', '[' + s['doc_id'] + ']')}")
     w(f"     G_e {r.evidence.ge_nodes.size} nodes -> G* {r.evidence.gstar_nodes.size} nodes")
     text = r.context.render()
     w(f"  7 context ({sum(r.context.tokens.values())} tokens):")
@@ -107,18 +191,22 @@ def cmd_demo(args) -> int:
     if out is None:
         tmp = tempfile.TemporaryDirectory()
         out = Path(tmp.name) / "demo-index"
-    enc = _offline()
+    from .encoders.sets import EncoderSpec, describe_spec
+    spec = args.encoders or EncoderSpec("hashing")  # ours: the demo needs no model (and its notes fit hashing)
+    enc = load_set(spec, checked_device(args.device))
+    if not args.json:
+        print(f"encoders: {describe_spec(spec)}: {_names(enc.describe())}")
     index = KnowledgeIndex.create(out, enc, overwrite=True)
     index.add_documents(demo_documents(), progress=not args.json)
     index = KnowledgeIndex.open(out, enc)
     cat_crop = _photo("chelsea")[30:270, 60:400]
     queries = [Query(q) for q in DEMO_QUESTIONS] + [
         Query("Where does this animal live?", image=cat_crop, caption="a tabby cat on a sill")]
-    pipe = Pipeline(index, enc, PipelineConfig(kd=3))
+    pipe = Pipeline(index, enc, PipelineConfig(kd=3), device=args.device)
     results = pipe.retrieve_batch(queries)
-    pooled = Pipeline(index, enc, PipelineConfig(kd=3, visual_ranker="pooled")).retrieve(queries[0])
+    pooled = Pipeline(index, enc, PipelineConfig(kd=3, visual_ranker="pooled"), device=args.device).retrieve(queries[0])
     if args.json:
-        print(json.dumps({"index": str(out), "counts": index.counts,
+        print(json.dumps({"index": str(out), "encoders": str(spec), "counts": index.counts,
                           "results": [r.as_dict() for r in results],
                           "pooled_first_question": pooled.as_dict()}, indent=1, default=_json_default))
     else:
@@ -132,6 +220,8 @@ def cmd_demo(args) -> int:
         print("  pooled: " + ", ".join(f"{h.image} {h.score:.3f}" for h in p))
         if m[0].image == p[0].image:
             print(f"  both rankers pick {m[0].image}")
+        elif spec.kind != "hashing":
+            print(f"  MaxSim picks {m[0].image}, pooled picks {p[0].image}.")
         else:
             print(f"  MaxSim picks {m[0].image}, pooled picks {p[0].image}. The question asks for a small detail, the "
                   "mission patch, which is one region label\n  in the portrait's long text view: MaxSim matches the "
@@ -143,22 +233,24 @@ def cmd_demo(args) -> int:
 
 
 def cmd_query(args) -> int:
+    from .cli_answer import answer_generator, finish_query
     from .pipeline import Pipeline, PipelineConfig, Query
 
-    index, enc = _open_index(args.index, args.encoders)
+    try:  # the model options are checked before anything loads
+        generator = answer_generator(args)
+    except (ImportError, ValueError) as exc:
+        print(f"colgraph query: {exc}", file=sys.stderr)
+        return 2
+    index, enc = _open_index(args.index, args.encoders, checked_device(args.device))
     changes = {k: getattr(args, k) for k in ("kd", "kg", "hops", "k", "filter", "visual_ranker", "retrieval",
                                              "recall_side") if getattr(args, k) is not None}
     try:
         cfg = PipelineConfig().replace(**changes)
-        r = Pipeline(index, enc, cfg).retrieve(Query(args.question, image=args.image, caption=args.caption or ""))
+        r = Pipeline(index, enc, cfg, device=args.device).retrieve(Query(args.question, image=args.image, caption=args.caption or ""))
     except (TypeError, ValueError) as exc:
         print(f"colgraph: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(r.as_dict(), indent=1, default=_json_default))
-    else:
-        print_result(r)
-    return 0
+    return finish_query(r, args, generator, _json_default)  # answer (--llm-url), citations, text or --json
 
 
 def cmd_info(args) -> int:
@@ -190,19 +282,24 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="build the demo index offline and answer its questions")
     d.add_argument("--out", type=Path, default=None, help="index directory (default: a temporary one)")
     d.add_argument("--json", action="store_true")
+    d.add_argument("--encoders", type=encoders_arg, default=None, metavar="SET",
+                   help="the demo index's encoders (default: hashing, no model; models for MiniLM + EfficientNet)")
+    d.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the models run and the vectors are scored")
     q = sub.add_parser("query", help="answer a question from an index directory")
     q.add_argument("index")
     q.add_argument("question")
     q.add_argument("--image", default=None, help="a query image file")
     q.add_argument("--caption", default=None, help="a caption of the query image")
     q.add_argument("--json", action="store_true")
-    q.add_argument("--encoders", choices=sorted(ENCODER_SETS), default=None)
+    add_encoder_options(q)
     for name in ("kd", "kg", "hops", "k"):
         q.add_argument(f"--{name}", type=int, default=None)
     q.add_argument("--filter", default=None)
     q.add_argument("--visual-ranker", dest="visual_ranker", default=None)
     q.add_argument("--retrieval", default=None)
     q.add_argument("--recall-side", dest="recall_side", default=None)
+    from .cli_answer import add_answer_options
+    add_answer_options(q)  # --llm-url, --llm-model, --api-key-env, --timeout
     i = sub.add_parser("info", help="what an index holds")
     i.add_argument("index")
     from .cli_index import add_parser, run

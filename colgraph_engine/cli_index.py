@@ -12,7 +12,9 @@
                                                      ``--min-tokens``, ``--rebuild-drift``; ``--off``
                                                      stops; ``--repair`` rebuilds one that disagrees)
 
-Options of build and add: ``--encoders offline|models``; readers: ``--ocr`` (RapidOCR for pages
+Options of build and add: ``--encoders SET`` (a new index: ``models``, MiniLM + EfficientNet, by
+default; ``hashing``, no model; ``FAMILY:PATH``, a ColPali-family model folder; an existing index
+keeps its own), ``--device cpu|cuda`` (where the models encode); readers: ``--ocr`` (RapidOCR for pages
 without a text layer), ``--no-page-images``, ``--no-embedded-images``, ``--scale``,
 ``--sections headings|pages``, ``--max-page-pixels`` (pixel budget of one page render); model
 hooks on an OpenAI-compatible endpoint: ``--llm-url`` with ``--llm-model`` (text extraction),
@@ -50,6 +52,11 @@ DEFAULT_MAX_FILE_MB = 512.0
 DEFAULT_MAX_PAGES = 5000
 DEFAULT_MAX_TEXT_MB = 4.0
 DEFAULT_FILE_TIMEOUT = 1800.0
+# A new index's vectors: float16 halves float32's bytes per token (256 instead of 512 at d = 128)
+# and kept the exact top-10 of every measured question (benchmarks/vector_dtype.py); bfloat16 scores
+# faster on CPUs with AVX512-BF16 but its 8-bit mantissa moved some near-ties. Our choice.
+VECTOR_DTYPES = ("float16", "bfloat16", "float32")
+DEFAULT_VECTOR_DTYPE = "float16"
 
 
 def add_parser(sub) -> None:
@@ -61,7 +68,10 @@ def add_parser(sub) -> None:
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming an existing index")
     b.add_argument("--no-prefilter", dest="prefilter", action="store_false",
                    help="a new index carries no centroid prefilter (recall stays exact MaxSim at every size)")
-    _ingest_options(b)
+    b.add_argument("--dtype", choices=VECTOR_DTYPES, default=DEFAULT_VECTOR_DTYPE,
+                   help="how a new index stores its token vectors (default float16: half the bytes of float32, "
+                        "recall of the exact top-10 unchanged in benchmarks/results/vector_dtype.md)")
+    _ingest_options(b, new_index=True)
     a = isub.add_parser("add", help="add folders or files to an index")
     a.add_argument("index", type=Path)
     a.add_argument("paths", nargs="+", type=Path)
@@ -69,7 +79,7 @@ def add_parser(sub) -> None:
     r = isub.add_parser("remove", help="remove documents by id")
     r.add_argument("index", type=Path)
     r.add_argument("doc_ids", nargs="+")
-    r.add_argument("--encoders", default=None)
+    r.add_argument("--encoders", default=None, help="ignored: removing encodes nothing (kept for old scripts)")
     i = isub.add_parser("info", help="counts and one row per document")
     i.add_argument("index", type=Path)
     i.add_argument("--json", action="store_true")
@@ -85,11 +95,10 @@ def add_parser(sub) -> None:
     p.add_argument("--repair", action="store_true", help="rebuild a carried prefilter that disagrees with its store")
 
 
-def _ingest_options(p) -> None:
-    from .cli import ENCODER_SETS
+def _ingest_options(p, new_index: bool = False) -> None:
+    from .cli import add_encoder_options
 
-    p.add_argument("--encoders", choices=sorted(ENCODER_SETS), default=None,
-                   help="offline (default for a new index) or models (MiniLM + EfficientNet)")
+    add_encoder_options(p, new_index=new_index, scoring=False)
     p.add_argument("--ocr", action="store_true", help="OCR pages without a text layer (RapidOCR)")
     p.add_argument("--no-page-images", dest="render_pages", action="store_false")
     p.add_argument("--no-embedded-images", dest="extract_images", action="store_false")
@@ -181,25 +190,33 @@ def _size(n: int) -> str:
 
 
 def _build(args) -> int:
-    from .cli import ENCODER_SETS, _open_index
+    from .cli import _names, _open_index, checked_device, load_set
+    from .encoders.sets import DEFAULT, EncoderSpec, describe_spec
     from .kg import KnowledgeIndex
 
     if not args.dir.is_dir():
         raise ValueError(f"DIR: not a folder: {args.dir}")
+    device = checked_device(args.device)
     resume = (args.out / "manifest.json").exists() and not args.overwrite
     if resume:
-        index, _ = _open_index(str(args.out), args.encoders)
+        index, _ = _open_index(str(args.out), args.encoders, device)
         if not args.json:
             print(f"resuming {args.out}: {len(index)} documents already indexed are not read again")
     else:
-        enc = ENCODER_SETS[args.encoders or "offline"]()
-        index = KnowledgeIndex.create(args.out, enc, overwrite=args.overwrite)
+        spec = args.encoders or EncoderSpec(DEFAULT)
+        enc = load_set(spec, device)
+        if not args.json:
+            print(f"encoders: {describe_spec(spec)}: {_names(enc.describe())}")
+        import torch
+        index = KnowledgeIndex.create(args.out, enc, overwrite=args.overwrite, dtype=getattr(torch, args.dtype))
         if args.prefilter:
             carry_prefilters(index)
+        else:
+            index.disable_prefilter()  # recorded: the service's writer does not turn them on
     return _ingest_and_report(index, [args.dir], args, args.out)
 
 
-def carry_prefilters(index) -> dict[str, str]:
+def carry_prefilters(index, *, commit: bool = True) -> dict[str, str]:
     """Makes a new index carry the recall stores' prefilters, each deferred until its store is
     large enough for the default ``recall_ranker="auto"`` to use it (``prefilter_min_tokens``
     tokens of d = 128, scaled by the largest store dimension): a small index never pays a
@@ -210,13 +227,13 @@ def carry_prefilters(index) -> dict[str, str]:
 
     widest = max((d for s, d in index.dims.items() if s in prefilters.DEFAULT_STORES), default=AUTO_DIM)
     min_tokens = max(prefilters.DEFAULT_MIN_TOKENS, PipelineConfig().prefilter_min_tokens * AUTO_DIM // widest)
-    return index.enable_prefilter(min_tokens=min_tokens)
+    return index.enable_prefilter(min_tokens=min_tokens, commit=commit)
 
 
 def _add(args) -> int:
-    from .cli import _open_index
+    from .cli import _open_index, checked_device
 
-    index, _ = _open_index(str(args.index), args.encoders)
+    index, _ = _open_index(str(args.index), args.encoders, checked_device(args.device))
     for p in args.paths:
         if not p.exists():
             raise ValueError(f"PATH: no such file or folder: {p}")
@@ -258,7 +275,7 @@ def _ingest_and_report(index, sources, args, where: Path) -> int:
         reader_options["max_page_pixels"] = args.max_page_pixels
     worker, hooks = None, {}
     if args.isolate:
-        worker = file_worker(args, index.encoders, where, file_timeout, memory_gb)
+        worker = file_worker(args, index.encoders, where, file_timeout, memory_gb, getattr(args, "device", "cpu"))
     else:
         hooks = _hooks(args, where)
         if args.ocr:
@@ -298,18 +315,27 @@ _HOOK_FLAGS = ("llm_url", "llm_model", "vision_model", "caption_model", "api_key
                "timeout", "cache", "ocr")
 
 
-def file_worker(args, encoders, where: Path, file_timeout: float | None, memory_gb: float | None):
+def file_worker(args, encoders, where: Path, file_timeout: float | None, memory_gb: float | None,
+                device: str = "cpu"):
     """The supervised worker for files to ingest into the index at `where` (started on its first
-    file): the encoders rebuilt in it by name, the model hooks and OCR engine `args` ask for."""
+    file): the encoders rebuilt in it from the set they describe (on `device`; from the folder
+    ``args.encoders`` names, when it names one), the model hooks and OCR engine `args` ask for."""
     from functools import partial
 
-    from .cli import ENCODER_SETS
+    from .encoders.sets import load_encoders, spec_of
     from .ingest.isolate import FileWorker, Isolation
-    from .kg import Encoders
 
     _check_hooks(args)  # here; the worker builds its own hooks and OCR engine
-    name = "offline" if encoders.describe() == Encoders.offline().describe() else "models"
-    return FileWorker(Isolation(encoders=ENCODER_SETS[name], timeout=file_timeout, memory_gb=memory_gb,
+    described = encoders.describe()
+    named = getattr(args, "encoders", None)
+    spec = named if named is not None and not isinstance(named, str) else spec_of(described)
+    if spec is None:
+        raise ValueError(f"encoders: {described} are no named set; the worker cannot rebuild them (use --no-isolate)")
+    src = (described.get("tokens") or {}).get("source")
+    # a moved model folder: the worker loads it from where it is now and describes it as recorded
+    moved = tuple(src.items()) if src and src.get("path") != spec.path else None
+    factory = partial(load_encoders, (spec.kind, spec.path), device, moved)
+    return FileWorker(Isolation(encoders=factory, timeout=file_timeout, memory_gb=memory_gb,
                                 setup=partial(_worker_setup, _hook_options(args), str(where))), encoders)
 
 
@@ -381,9 +407,9 @@ def _clients(hooks: dict) -> list:
 
 
 def _remove(args) -> int:
-    from .cli import _open_index
+    from .kg import KnowledgeIndex
 
-    index, _ = _open_index(str(args.index), args.encoders)
+    index = KnowledgeIndex.open(args.index)  # removing encodes nothing: no model is loaded
     missing = [d for d in args.doc_ids if d not in index]
     if missing:
         raise ValueError(f"DOC_ID: not in the index: {missing[:5]}" + (" ..." if len(missing) > 5 else ""))

@@ -1,11 +1,16 @@
 """``colgraph serve``: the HTTP service over an index directory (see ``colgraph_engine.service``).
 
-    colgraph serve INDEX [--host 127.0.0.1] [--port 8000] [--encoders offline|models]
+    colgraph serve INDEX [--host 127.0.0.1] [--port 8000] [--encoders SET] [--device cpu|cuda]
                          [--max-batch 32] [--max-wait-ms 5] [--queue-size 256]
                          [--token TOKEN | --token-env VAR] [--cors-origin URL ...]
                          [--max-query-mb 16] [--max-upload-mb 64] [--kd N --kg N --hops N --k N]
                          [--generator-model M [--generator-url URL]] [--api-key-env VAR]
                          [--llm-url URL --llm-model M --vision-model M --caption-model M ...] [--ocr]
+
+The index's encoders (those its manifest records, or the set ``--encoders`` names: ``models``,
+``hashing``, ``FAMILY:PATH``) are loaded once, at start, on ``--device`` (where queries are also
+scored; the graph stays on the CPU); ``/info`` reports each model's load time
+(``encoder_load_s``) and the device.
 
 ``--generator-model`` answers requests that ask for it (``"answer": true``) through an
 OpenAI-compatible endpoint (``--generator-url``; the key from ``--api-key-env``, default
@@ -32,13 +37,13 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    from .cli import ENCODER_SETS
+    from .cli import add_encoder_options
 
     p = sub.add_parser("serve", help="serve an index over HTTP (queries with dynamic batching, uploads, removals)")
     p.add_argument("index", help="the index directory")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--encoders", choices=sorted(ENCODER_SETS), default=None)
+    add_encoder_options(p)
     p.add_argument("--max-batch", dest="max_batch", type=int, default=32, help="queries per batch (1: no batching)")
     p.add_argument("--max-wait-ms", dest="max_wait_ms", type=float, default=0.0,
                    help="longest wait of the oldest queued query for a batch to fill")
@@ -76,7 +81,7 @@ def add_parser(sub) -> None:
 
 def build_app(args):
     """The FastAPI app ``args`` describe (ValueError/TypeError for bad settings)."""
-    from .cli import _open_index
+    from .cli import _open_index, checked_device
     from .pipeline import PipelineConfig
     from .service import ServiceConfig, create_app
 
@@ -102,11 +107,13 @@ def build_app(args):
     if args.cache is not None:
         args.cache = Path(args.cache)
     max_file_mb, max_pages, max_text_mb, file_timeout, memory_gb = _limits(args)
-    index, enc = _open_index(args.index, args.encoders)
+    device = checked_device(getattr(args, "device", "cpu"))
+    load_s: dict[str, float] = {}
+    index, enc = _open_index(args.index, args.encoders, device, load_s)
     reader_options = reader_limits(max_pages, max_text_mb)
     ingest_options = {"max_file_mb": max_file_mb}
     if args.isolate and enc is not None:
-        worker = file_worker(args, enc, Path(args.index), file_timeout, memory_gb)
+        worker = file_worker(args, enc, Path(args.index), file_timeout, memory_gb, device)
         atexit.register(worker.close)  # the worker also exits when this process does (its socket closes)
         ingest_options["isolate"] = worker
     else:
@@ -116,7 +123,7 @@ def build_app(args):
             reader_options["ocr"] = RapidOcr()
     ingest_options["reader_options"] = reader_options
     return create_app(index, enc, pipeline_config=config, service=service, generator=generator,
-                      ingest_options=ingest_options)
+                      ingest_options=ingest_options, device=device, encoder_load_s=load_s)
 
 
 def run(args) -> int:

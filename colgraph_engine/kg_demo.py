@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.TemporaryDirectory()
         args.out = Path(tmp.name) / "demo-index"
     encoders = Encoders.offline()
+    print("encoders: hashing (feature hashing text, raw pixel patches; no model): "
+          + ", ".join(f"{r}={e['name']}" for r, e in encoders.describe().items() if e))
     index = KnowledgeIndex.create(args.out, encoders, overwrite=True)
     graphs = index.add_documents(demo_documents(), progress=True)
     for g in graphs:

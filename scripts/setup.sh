@@ -2,16 +2,18 @@
 # One-step set-up on a fresh Debian machine (run as root, or with sudo available):
 # system packages, a virtual environment in .venv, and colgraph_engine installed editable.
 #   bash scripts/setup.sh          # the engine, its demo and the main job: the PDF reader, OCR, the
-#                                  # offline models, the model hooks' client and the HTTP service
-#   bash scripts/setup.sh --test   # ... plus the test tools
-#   bash scripts/setup.sh --bench  # ... plus the benchmark peers (colpali-engine, matplotlib)
+#                                  # offline models (the default encoders of a new index), the model
+#                                  # hooks' client and the HTTP service
+#   bash scripts/setup.sh --test   # ... plus Ray (sharded retrieval) and the test tools
+#   bash scripts/setup.sh --bench  # ... plus the benchmark peers (scipy, networkx, matplotlib)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="[models,llm,serve]"
+main="models,llm,serve"
+extras="[$main]"
 case "${1:-}" in
-  --test) extras="[test]" ;;
-  --bench) extras="[test,bench]" ;;
+  --test) extras="[$main,distributed,test]" ;;
+  --bench) extras="[$main,distributed,test,bench]" ;;
   "") ;;
   *) echo "usage: $0 [--test|--bench]" >&2; exit 2 ;;
 esac

@@ -54,7 +54,7 @@ def test_build_and_add_on_a_full_disk_say_so_in_one_line_and_keep_the_index(smal
     docs.mkdir()
     (docs / "good.md").write_text("# Good\n\nThe Matterhorn stands above Zermatt.\n")
     out = small_disk / "ix"
-    assert colgraph(["index", "build", str(docs), "--out", str(out), "--no-isolate"]) == 0
+    assert colgraph(["index", "build", "--encoders", "hashing", str(docs), "--out", str(out), "--no-isolate"]) == 0
     capsys.readouterr()
     before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
     big = tmp_path / "big.txt"
@@ -73,7 +73,7 @@ def test_build_and_add_on_a_full_disk_say_so_in_one_line_and_keep_the_index(smal
     # a new index: good.md's commit fits, the big file's does not and is not kept
     shutil.rmtree(out)
     (docs / "z_big.txt").write_text(big.read_text())
-    assert colgraph(["index", "build", str(docs), "--out", str(small_disk / "ix2"), "--no-isolate",
+    assert colgraph(["index", "build", "--encoders", "hashing", str(docs), "--out", str(small_disk / "ix2"), "--no-isolate",
                      "--batch-size", "1", "--json"]) == 1
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith("colgraph index build: no space left on device writing ")
@@ -86,7 +86,7 @@ def test_remove_and_demo_on_a_disk_with_no_byte_left(small_disk, tmp_path, capsy
     for name in ("a.md", "b.md"):
         (docs / name).write_text(f"# {name}\n\nThe Rhine flows past Basel and Cologne.\n")
     out = small_disk / "ix"
-    assert colgraph(["index", "build", str(docs), "--out", str(out), "--no-isolate", "--batch-size", "1"]) == 0
+    assert colgraph(["index", "build", "--encoders", "hashing", str(docs), "--out", str(out), "--no-isolate", "--batch-size", "1"]) == 0
     capsys.readouterr()
     filler = small_disk / "filler"
     with open(filler, "wb", buffering=0) as f:  # take every remaining block

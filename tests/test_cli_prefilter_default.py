@@ -10,7 +10,7 @@ def test_a_new_index_carries_deferred_prefilters_and_queries_stay_exact(tmp_path
     docs.mkdir()
     (docs / "a.md").write_text("# Rivers\n\nThe Rhine flows past Basel and Cologne.\n")
     (docs / "b.txt").write_text("Mount Fuji is visible from Tokyo on clear days.\n")
-    assert main(["index", "build", str(docs), "--out", str(tmp_path / "ix"), "--no-isolate"]) == 0
+    assert main(["index", "build", "--encoders", "hashing", str(docs), "--out", str(tmp_path / "ix"), "--no-isolate"]) == 0
     index = KnowledgeIndex.open(tmp_path / "ix")
     info = index.prefilter_info()
     assert info is not None and set(info["stores"]) == {"segment", "table", "image"} & set(index.dims)
@@ -18,8 +18,8 @@ def test_a_new_index_carries_deferred_prefilters_and_queries_stay_exact(tmp_path
     assert info["min_tokens"] == max(4096, (1 << 18) * 128 // widest)
     assert all(s["state"] == "deferred" for s in info["stores"].values())  # a small index pays no k-means
     from colgraph_engine.cli import ENCODER_SETS
-    r = Pipeline(KnowledgeIndex.open(tmp_path / "ix", ENCODER_SETS["offline"]()), ENCODER_SETS["offline"]()).retrieve(
+    r = Pipeline(KnowledgeIndex.open(tmp_path / "ix", ENCODER_SETS["hashing"]()), ENCODER_SETS["hashing"]()).retrieve(
         "Which river flows past Basel?")
     assert r.documents[0][0] == "a.md" and all(p.startswith("exact") for p in r.counts["recall"]["paths"].values())
-    assert main(["index", "build", str(docs), "--out", str(tmp_path / "plain"), "--no-isolate", "--no-prefilter"]) == 0
+    assert main(["index", "build", "--encoders", "hashing", str(docs), "--out", str(tmp_path / "plain"), "--no-isolate", "--no-prefilter"]) == 0
     assert KnowledgeIndex.open(tmp_path / "plain").prefilter_info() is None

@@ -154,7 +154,7 @@ def test_build_limits_file_size_and_pages_and_keeps_the_rest(tmp_path, capsys):
     (folder / "huge.txt").write_text("Zermatt lies below the Matterhorn. " * 4000)  # ~137 KiB
     (folder / "good.md").write_text(GOOD)
     out = tmp_path / "ix"
-    assert colgraph(["index", "build", str(folder), "--out", str(out), "--max-file-mb", "0.1",
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(out), "--max-file-mb", "0.1",
                      "--max-pages", "3", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     docs = {d["doc_id"]: d for d in rep["documents"]}
@@ -170,14 +170,14 @@ def test_build_limits_file_size_and_pages_and_keeps_the_rest(tmp_path, capsys):
     assert "Chapter 3" in " ".join(index.document("long.pdf").node_text)
     assert "Chapter 4" not in " ".join(index.document("long.pdf").node_text)
     # the pixel budget of page renders reaches the PDF reader (in the worker)
-    assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "ix3"), "--max-pages", "1",
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "ix3"), "--max-pages", "1",
                      "--max-page-pixels", "20000", "--json"]) == 0
     docs = {d["doc_id"]: d for d in json.loads(capsys.readouterr().out)["documents"]}
     assert any("pixel budget" in n and "max_page_pixels" in n for n in docs["long.pdf"]["notes"])
-    assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "ix4"), "--max-page-pixels", "0"]) == 2
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "ix4"), "--max-page-pixels", "0"]) == 2
     assert "max_page_pixels" in capsys.readouterr().err
     # the table says it too
-    assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "ix2"), "--max-file-mb", "0.1",
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "ix2"), "--max-file-mb", "0.1",
                      "--max-pages", "3", "--no-isolate"]) == 0
     text = capsys.readouterr().out
     assert "huge.txt: not read: the file is 0.13 MiB" in text
@@ -194,7 +194,7 @@ def test_build_kills_a_worker_stuck_on_a_long_pdf_and_indexes_the_rest(tmp_path,
     blank_pdf(folder / "big.pdf", 10_000)  # reading all pages takes far longer than 1 s
     (folder / "good.md").write_text(GOOD)
     out = tmp_path / "ix"
-    assert colgraph(["index", "build", str(folder), "--out", str(out), "--max-pages", "0", "--file-timeout", "1",
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(out), "--max-pages", "0", "--file-timeout", "1",
                      "--json"]) == 0
     docs = {d["doc_id"]: d for d in json.loads(capsys.readouterr().out)["documents"]}
     assert docs["big.pdf"]["status"] == "failed"
@@ -227,10 +227,10 @@ def test_arguments_are_checked_and_lambdas_need_the_in_process_path(tmp_path, ca
     # the in-process path takes any callable
     report = ingest(index, folder, extractor=lambda t: CooccurrenceExtractor()(t), progress=False)
     assert report.by_status("added")[0].doc_id == "good.md"
-    assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "o"), "--no-isolate",
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "o"), "--no-isolate",
                      "--file-timeout", "5"]) == 2
     assert "--file-timeout: needs the worker process" in capsys.readouterr().err
-    assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "o"), "--max-pages", "-1"]) == 2
+    assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "o"), "--max-pages", "-1"]) == 2
     assert "--max-pages" in capsys.readouterr().err
 
 
@@ -248,7 +248,7 @@ def test_build_with_a_model_endpoint_builds_the_hooks_in_the_worker_and_reports_
     (folder / "bern.md").write_text("# Bern\n\nBern is the Swiss capital on the Aare.\n")
     (folder / "good.md").write_text(GOOD)
     with chat_standin(script) as (url, server):
-        assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "ix"), "--llm-url", url,
+        assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "ix"), "--llm-url", url,
                          "--llm-model", "standin", "--timeout", "10", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     docs = {d["doc_id"]: d for d in rep["documents"]}
@@ -261,7 +261,7 @@ def test_build_with_a_model_endpoint_builds_the_hooks_in_the_worker_and_reports_
     assert server.requests  # the worker called the endpoint
     # the text report prints the worker's model counters
     with chat_standin(script) as (url, server):
-        assert colgraph(["index", "build", str(folder), "--out", str(tmp_path / "ix2"), "--llm-url", url,
+        assert colgraph(["index", "build", "--encoders", "hashing", str(folder), "--out", str(tmp_path / "ix2"), "--llm-url", url,
                          "--llm-model", "standin", "--timeout", "10", "--cache", str(tmp_path / "c2")]) == 0
     out = capsys.readouterr().out
     assert "model standin: " in out and "1 failed" in out

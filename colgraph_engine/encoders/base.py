@@ -32,11 +32,16 @@ class Encoder:
         name: a stable identifier of the model and its settings (recorded in index manifests).
         dim: the dimension d of every output vector.
         role: ``"text"``, ``"tokens"`` or ``"patches"``.
+        source: ``(key, value)`` string pairs saying where the model was loaded from (e.g.
+            ``(("family", "colqwen2"), ("path", "/models/colqwen2")))``), recorded in the manifest
+            beside name and dim so that an index can be reopened with its model; empty for models
+            that ship in packages (or need none).
     """
     fn: Callable
     name: str
     dim: int
     role: Role
+    source: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if not callable(self.fn):
@@ -47,6 +52,9 @@ class Encoder:
             raise ValueError(f"dim: expected a positive int, got {self.dim!r}")
         if self.role not in ROLES:
             raise ValueError(f"role: expected one of {ROLES}, got {self.role!r}")
+        if not isinstance(self.source, tuple) or not all(
+                isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in self.source):
+            raise TypeError(f"source: expected a tuple of (str, str) pairs, got {self.source!r}")
 
     def __call__(self, batch: Sequence) -> torch.Tensor | list[torch.Tensor]:
         """Runs the encoder and checks what it returned (count, shape, finiteness)."""

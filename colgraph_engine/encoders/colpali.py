@@ -196,10 +196,19 @@ class ColPaliEncoder:
             return torch.zeros((0, 0))
         return torch.stack([torch.nn.functional.normalize(v.float().mean(0), dim=0) for v in vectors])
 
+    @property
+    def source(self) -> tuple[tuple[str, str], ...]:
+        """Where the model came from, as index manifests record it: the family and the folder's
+        absolute path (see ``colgraph_engine.encoders.sets``, which reopens an index with it)."""
+        return (("family", self.family), ("path", str(self.path.resolve())))
+
     def token_encoder(self) -> Encoder:
+        """The ``tokens`` role: query token vectors ``[L, dim]``, named ``<family>:<folder>:queries``
+        (one embedding space with :meth:`patch_encoder`, so the pipeline ranks images by patches)."""
         return Encoder(lambda texts: [t.float() for t in self.query_vectors(texts)], f"{self.name}:queries",
-                       self.dim, "tokens")
+                       self.dim, "tokens", self.source)
 
     def patch_encoder(self) -> Encoder:
+        """The ``patches`` role: image patch vectors ``[P, dim]``, named ``<family>:<folder>:images``."""
         return Encoder(lambda images: [t.float() for t in self.image_vectors(images)], f"{self.name}:images",
-                       self.dim, "patches")
+                       self.dim, "patches", self.source)

@@ -67,8 +67,11 @@ class Encoders:
         return cls(h.text_encoder(), h.token_encoder(), PixelPatchEncoder(patch_grid, patch_cell).patch_encoder())
 
     def describe(self) -> dict:
-        """``{role: {"name", "dim"} or None}`` as recorded in an index manifest."""
-        return {role: None if (e := getattr(self, role)) is None else {"name": e.name, "dim": e.dim}
+        """``{role: {"name", "dim"} or None}`` as recorded in an index manifest, with
+        ``"source": {key: value}`` added for an encoder that says where its model was loaded from
+        (a ColPali-family folder: ``{"family", "path"}``)."""
+        return {role: None if (e := getattr(self, role)) is None else
+                {"name": e.name, "dim": e.dim, **({"source": dict(e.source)} if e.source else {})}
                 for role in ("text", "tokens", "patches")}
 
 

@@ -8,6 +8,11 @@ is spent (the item that would pass the budget, and all after it, are left out).
 ``context_mode``: ``"graph"`` = entities, relations and images; ``"chunks"`` = sources and
 images; ``"hybrid"`` = all four.
 
+Every line opens with its citation, ``"cite"``: the document, its page numbers and, for images
+and regions, the box (``"[report.pdf p.2]"``, ``"[report.pdf p.2 box (0.10, 0.20, 0.55, 0.60)]"``;
+rules in :mod:`~colgraph_engine.pipeline.citations`), which replaces the line's ``"document"``
+field in the rendered text (the rows keep it); the generator is asked to cite by them.
+
 Tokens are counted by :func:`count_tokens` (words and punctuation marks; no model tokenizer is
 assumed, so budgets are approximate for any given LLM: our choice).
 """
@@ -43,6 +48,10 @@ class Context:
     mode: str = "hybrid"
     image_units: str = ""
     tokens: dict = field(default_factory=dict)
+    # section -> the evidence items behind its kept rows, in the same order (entity, relation and
+    # source rows of the Evidence, image rows): their ``doc_id``/``document``, ``pages``, ``box``
+    # and ``cite``; not rendered
+    items: dict = field(default_factory=dict, repr=False, compare=False)
 
     def render(self) -> str:
         """Prompt text: one block per section, one JSON object per line."""
@@ -51,17 +60,25 @@ class Context:
                             ("Sources", self.sources), ("Images", self.images)):
             if rows:
                 parts.append(f"---- {title} ----")
-                parts.extend(json.dumps(r, ensure_ascii=False) for r in rows)
+                parts.extend(line_text(r) for r in rows)
         if self.images and self.image_units == "text_view":
             parts.append("(images ranked by their text views: caption, OCR text and region labels; "
                          "no text-image model was used)")
         return "\n".join(parts)
 
 
+def line_text(row: dict) -> str:
+    """One rendered context line: the row as JSON; a row with a ``cite`` label (which names the
+    document) leaves out its ``document`` field, which stays in the row for programs."""
+    if "cite" in row:
+        row = {k: v for k, v in row.items() if k != "document"}
+    return json.dumps(row, ensure_ascii=False)
+
+
 def _fit(rows: list[dict], budget: int) -> tuple[list[dict], int]:
     kept, used = [], 0
     for r in rows:
-        t = count_tokens(json.dumps(r, ensure_ascii=False))
+        t = count_tokens(line_text(r))
         if used + t > budget:
             break
         kept.append(r)
@@ -69,12 +86,22 @@ def _fit(rows: list[dict], budget: int) -> tuple[list[dict], int]:
     return kept, used
 
 
+def _cited(row: dict, item: dict) -> dict:
+    """`row` with the item's citation label first (items that carry none: `row` unchanged)."""
+    return {"cite": item["cite"], **row} if item.get("cite") else row
+
+
 def build_context(question: str, evidence, visual_rows: list[dict], cfg, image_units: str) -> Context:
-    ents = [{"entity": e["name"], "type": e["type"], "description": e["description"], "rank": e["rank"],
-             "document": e["doc_id"]} for e in sorted(evidence.entities, key=lambda e: (-by_score(e["score"]), e["node"]))]
-    rels = [{"source": r["source"], "target": r["target"], "keywords": r["keywords"], "description": r["description"],
-             "weight": r["weight"], "rank": r["rank"], "document": r["doc_id"]} for r in evidence.relations]
-    srcs = [{"id": s["node"], "document": s["doc_id"], "kind": s["kind"], "content": s["text"]} for s in evidence.sources]
+    ranked = sorted(evidence.entities, key=lambda e: (-by_score(e["score"]), e["node"]))
+    ents = [_cited({"entity": e["name"], "type": e["type"], "description": e["description"], "rank": e["rank"],
+                    "document": e["doc_id"]}, e) for e in ranked]
+    rels = [_cited({"source": r["source"], "target": r["target"], "keywords": r["keywords"],
+                    "description": r["description"], "weight": r["weight"], "rank": r["rank"], "document": r["doc_id"]},
+                   r) for r in evidence.relations]
+    srcs = [_cited({"id": s["node"], "document": s["doc_id"], "kind": s["kind"], "content": s["text"]}, s)
+            for s in evidence.sources]
+    # an image row's page citation is its "cite" label (its "bbox" is in the image)
+    vis = [_cited({k: v for k, v in r.items() if k not in ("cite", "pages", "box")}, r) for r in visual_rows]
     ctx = Context(question, mode=cfg.context_mode, image_units=image_units)
     use_graph = cfg.context_mode in ("graph", "hybrid")
     use_chunks = cfg.context_mode in ("chunks", "hybrid")
@@ -83,7 +110,9 @@ def build_context(question: str, evidence, visual_rows: list[dict], cfg, image_u
         ctx.relations, ctx.tokens["relations"] = _fit(rels, cfg.budget_relations)
     if use_chunks:
         ctx.sources, ctx.tokens["sources"] = _fit(srcs, cfg.budget_sources)
-    ctx.images, ctx.tokens["images"] = _fit(visual_rows, cfg.budget_images)
+    ctx.images, ctx.tokens["images"] = _fit(vis, cfg.budget_images)
+    ctx.items = {"entities": ranked[:len(ctx.entities)], "relations": list(evidence.relations[:len(ctx.relations)]),
+                 "sources": list(evidence.sources[:len(ctx.sources)]), "images": list(visual_rows[:len(ctx.images)])}
     return ctx
 
 
@@ -107,7 +136,8 @@ class OpenAIGenerator:
     """
 
     SYSTEM = ("Answer the question using only the context: entities, relations, text sources and images "
-              "retrieved from the user's documents. If the context does not hold the answer, say so.")
+              "retrieved from the user's documents. If the context does not hold the answer, say so. "
+              "Cite the lines you use by their \"cite\" labels, e.g. [report.pdf p.2].")
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 60.0,
                  max_retries: int = 2, send_images: bool = False, system: str | None = None):

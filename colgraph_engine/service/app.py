@@ -11,7 +11,7 @@
     GET    /documents/{doc_id}/image   an image as a JPEG thumbnail (?ref=&size=)
     GET    /  and  /ui/documents       the web page (static files under /static/; see static/)
     GET    /health             liveness, generation, documents (never needs the token)
-    GET    /info               index counts, encoders, backends, defaults, limits
+    GET    /info               index counts, encoders (and their load seconds), device, backends, defaults, limits
     GET    /metrics            Prometheus text format (see metrics.py)
 
 Status codes: 200; 401 missing or wrong bearer token (when one is set); 404 unknown document or
@@ -59,6 +59,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from ..encoders.sets import public_description
 from ..kg import Encoders, IndexConflictError, KnowledgeIndex
 from ..pipeline import PipelineConfig, Query
 from . import views
@@ -292,7 +293,8 @@ def _validation_message(exc: ValidationError | RequestValidationError, prefix: s
 # -- the application -----------------------------------------------------------------------
 
 def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipeline_config: PipelineConfig | None = None,
-               service: ServiceConfig | None = None, generator=None, ingest_options: dict | None = None) -> FastAPI:
+               service: ServiceConfig | None = None, generator=None, ingest_options: dict | None = None,
+               device: str = "cpu", encoder_load_s: dict[str, float] | None = None) -> FastAPI:
     """The service for `index` (see the module docstring).
 
     Args:
@@ -304,11 +306,15 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
         generator: the pipeline generator for requests with ``answer: true`` (None: refused).
         ingest_options: keyword options of :func:`~colgraph_engine.ingest.folder.ingest` for
             uploads (``extractor``, ``vision``, ``caption``, ``reader_options``, ``batch_size``, ...).
+        device: where queries are scored (``"cpu"`` or ``"cuda"``).
+        encoder_load_s: seconds each model of the encoders took to load (``{model: s}``, as
+            ``colgraph_engine.encoders.sets.load`` measures them), shown by ``/info``.
     """
     service = ServiceConfig() if service is None else service
     if not isinstance(service, ServiceConfig):
         raise TypeError(f"service: expected a ServiceConfig, got {type(service).__name__}")
-    state = IndexState(index, encoders, pipeline_config, generator)
+    state = IndexState(index, encoders, pipeline_config, generator, device=device)
+    load_s = dict(encoder_load_s or {})
     metrics = ServiceMetrics()
     batcher = DynamicBatcher(state.run_batch, max_batch=service.max_batch, max_wait_s=service.max_wait_ms / 1e3,
                              queue_size=service.queue_size, metrics=metrics, finish=result_bytes)
@@ -618,7 +624,8 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
 
     @app.get("/info", tags=["service"])
     async def info():
-        """Index counts, encoders, backends, the default config, batching and limits."""
+        """Index counts, encoders (each model's load seconds, the device), backends, the default config,
+        batching and limits."""
         from .. import backends
         snap = state.snapshot
         b = backends()
@@ -626,7 +633,9 @@ def create_app(index: KnowledgeIndex, encoders: Encoders | None = None, *, pipel
             # the folder's name only: an answer never shows the server's layout (absolute paths)
             "index": {"name": None if state.path is None else state.path.name, "generation": snap.generation,
                       "counts": snap.index.counts, "writable": state.writable},
-            "encoders": state.encoders.describe(),
+            "encoders": public_description(state.encoders.describe()),
+            # seconds each model took to load at start ({} for model-free encoders), and where they run
+            "encoder_load_s": load_s, "device": str(state.device),
             "backends": {k: v for k, v in b.items() if k in ("native", "igraph_version", "cpu_isa_float32",
                                                              "triton_importable", "cuda")},
             "pipeline_config": state.default.as_dict(), "generator": state.generator is not None,

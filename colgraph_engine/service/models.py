@@ -93,6 +93,11 @@ class DocumentHit(BaseModel):
 
 
 class ImageHitModel(BaseModel):
+    """A ranked image or region with its citation: ``doc_id``, ``pages`` (the PDF pages it is on;
+    empty for an image file), ``box`` (normalised x0, y0, x1, y1 on the page; in the image when
+    it is on no page) and ``cite``, the label (``[report.pdf p.2 box (0.10, 0.20, 0.55, 0.60)]``).
+    ``bbox`` is the box in the image. Evidence entities, relations, sources and records carry
+    ``doc_id``, ``pages`` and ``box`` likewise (``box`` null for text)."""
     node: int
     kind: str
     doc_id: str
@@ -101,6 +106,9 @@ class ImageHitModel(BaseModel):
     bbox: Optional[list[float]]
     score: float
     text: str
+    pages: list[int] = Field(default_factory=list)
+    box: Optional[list[float]] = None
+    cite: str = ""
 
 
 class BatchInfo(BaseModel):

@@ -43,8 +43,10 @@ def manifest_stamp(path: Path | None) -> tuple | None:
 class Snapshot:
     """One opened generation of the index and its pipelines."""
 
-    def __init__(self, index: KnowledgeIndex, encoders: Encoders, default: PipelineConfig, generator=None):
+    def __init__(self, index: KnowledgeIndex, encoders: Encoders, default: PipelineConfig, generator=None,
+                 device: str = "cpu"):
         self.index, self.encoders, self.default, self.generator = index, encoders, default, generator
+        self.device = device
         # the committed generation this object was opened at (KnowledgeIndex keeps it privately;
         # no public accessor exists)
         self.generation = int(getattr(index, "_generation", 0))
@@ -60,7 +62,7 @@ class Snapshot:
         with self._lock:
             pipe = self._pipelines.get(config)
             if pipe is None:
-                pipe = Pipeline(self.index, self.encoders, config, generator=self.generator)
+                pipe = Pipeline(self.index, self.encoders, config, generator=self.generator, device=self.device)
                 self._pipelines[config] = pipe
                 if len(self._pipelines) > MAX_PIPELINES:
                     self._pipelines.popitem(last=False)
@@ -83,10 +85,11 @@ class IndexState:
         encoders: the index's encoders (None: ``index.encoders``).
         default: the pipeline config of requests without overrides.
         generator: the pipeline's generator for requests that ask for an answer (None: refused).
+        device: where the pipelines score vectors (``"cpu"`` or ``"cuda"``; the graph stays on the CPU).
     """
 
     def __init__(self, index: KnowledgeIndex, encoders: Encoders | None = None, default: PipelineConfig | None = None,
-                 generator=None):
+                 generator=None, device: str = "cpu"):
         if not isinstance(index, KnowledgeIndex):
             raise TypeError(f"index: expected a KnowledgeIndex, got {type(index).__name__}")
         encoders = index.encoders if encoders is None else encoders
@@ -99,9 +102,9 @@ class IndexState:
             raise TypeError(f"generator: expected None or a callable (prompt, images) -> str, "
                             f"got {type(generator).__name__}")
         self.path: Path | None = index.path
-        self.encoders, self.default, self.generator = encoders, default, generator
-        Pipeline(index, encoders, default)  # refuses mismatched encoders before serving anything
-        self.snapshot = Snapshot(index, encoders, default, generator)
+        self.encoders, self.default, self.generator, self.device = encoders, default, generator, device
+        Pipeline(index, encoders, default, device=device)  # refuses mismatched encoders (or device) before serving
+        self.snapshot = Snapshot(index, encoders, default, generator, device)
         self.snapshot.stamp = self._stamp_if_current(self.snapshot.generation)
         self._writer_index: KnowledgeIndex | None = None
 
@@ -152,7 +155,7 @@ class IndexState:
         # verifies its own) : sizes and structure are still checked, the sha256 pass over every
         # vector file is skipped
         index = KnowledgeIndex.open(self.path, self.encoders, verify=False)
-        snap = Snapshot(index, self.encoders, self.default, self.generator)
+        snap = Snapshot(index, self.encoders, self.default, self.generator, self.device)
         snap.stamp = stamp
         snap.warm()
         self.snapshot = snap  # one assignment: a batch sees the old snapshot or the new one

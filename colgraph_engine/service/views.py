@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph.kinds import EdgeKind, NodeKind
+from ..kg.pages import parse_page_source
 
 TEXT_CHARS = 400  # node and edge texts sent to the page are cut to this many characters (ours)
 KIND_NAMES = {int(k): k.name.lower() for k in NodeKind}
@@ -210,12 +211,21 @@ def node_rows(adj: DocumentAdjacency, match: str, kind: str | None, offset: int,
 # -- the query answer's view ---------------------------------------------------------------------
 
 def segment_pages(g) -> dict[int, list[int]]:
-    """Pages of each segment ordinal of a PDF document: the pages whose page image the segment
-    holds, else (a segment that runs on) the last page before it. Empty for a document without
-    page images."""
+    """Pages of each segment ordinal of a PDF document: the pages the segment records in its
+    source (exact: the pages of its sections, :mod:`colgraph_engine.kg.pages`); for a segment of
+    an index written before segments recorded them, the pages whose page image the segment holds,
+    else (a segment that runs on) the last page before it. Empty for a document without pages."""
     seg_nodes = g.nodes_of(NodeKind.SEGMENT)
     if not seg_nodes.size:
         return {}
+    exact = {i: list(p) for i, v in enumerate(seg_nodes.tolist()) if (p := parse_page_source(g.node_source[v])[0])}
+    if len(exact) == seg_nodes.size:
+        return exact
+    return {**_held_pages(g, seg_nodes), **exact}
+
+
+def _held_pages(g, seg_nodes: np.ndarray) -> dict[int, list[int]]:
+    """The older rule of :func:`segment_pages`: pages of the page images each segment holds."""
     ordinal = {int(v): i for i, v in enumerate(seg_nodes.tolist())}
     pages: dict[int, set[int]] = {}
     contains = np.flatnonzero(g.edge_kind == EdgeKind.CONTAINS)
