@@ -93,9 +93,9 @@ def test_a_folder_ingests_with_bad_files_reported_and_the_rest_indexed(corpus, t
 
 
 def test_an_interrupted_ingest_resumes_without_duplicates_and_equals_a_fresh_build(corpus, tmp_path):
-    from colgraph_engine.kg.extract import CooccurrenceExtractor
+    from colgraph_engine.kg.extract import PhraseExtractor
 
-    offline = CooccurrenceExtractor()
+    offline = PhraseExtractor()  # the default offline extractor, as the resumed and fresh builds use
     calls = []
 
     def interrupted(text):  # Ctrl-C while the third document is being extracted
@@ -208,11 +208,11 @@ def test_model_hooks_over_http_fill_the_graph_and_a_failed_call_is_recorded_not_
 
 def test_colgraph_index_build_info_add_remove_verify(corpus, tmp_path, capsys):
     out = tmp_path / "ix"
-    assert colgraph(["index", "build", str(corpus), "--out", str(out), "--batch-size", "3"]) == 0
+    assert colgraph(["index", "build", "--encoders", "hashing", str(corpus), "--out", str(out), "--batch-size", "3"]) == 0
     text = capsys.readouterr().out
     assert "broken.pdf" in text and f"{len(GOOD)} added" in text
     # a second build resumes: nothing is read again
-    assert colgraph(["index", "build", str(corpus), "--out", str(out), "--json"]) == 0
+    assert colgraph(["index", "build", "--encoders", "hashing", str(corpus), "--out", str(out), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["totals"]["present"] == len(GOOD) and rep["totals"]["added"] == 0
     assert colgraph(["index", "info", str(out), "--json"]) == 0
@@ -230,8 +230,8 @@ def test_colgraph_index_build_info_add_remove_verify(corpus, tmp_path, capsys):
     # bad arguments: clear messages, exit 2
     assert colgraph(["index", "remove", str(out), "no-such-doc"]) == 2
     assert "not in the index" in capsys.readouterr().err
-    assert colgraph(["index", "build", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")]) == 2
-    assert colgraph(["index", "build", str(corpus), "--out", str(tmp_path / "o3"), "--llm-model", "m"]) == 2
+    assert colgraph(["index", "build", "--encoders", "hashing", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")]) == 2
+    assert colgraph(["index", "build", "--encoders", "hashing", str(corpus), "--out", str(tmp_path / "o3"), "--llm-model", "m"]) == 2
     assert "--llm-url" in capsys.readouterr().err
     # a flipped byte in any committed file is found
     victim = max((p for p in out.rglob("*") if p.is_file() and p.suffix != ".json" and p.name != ".lock"),

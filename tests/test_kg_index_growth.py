@@ -16,6 +16,7 @@ import torch
 from colgraph_engine.graph import KnowledgeGraph, NodeKind
 from colgraph_engine.kg import (DocumentInput, Encoders, IndexFormatError, ItemVectors, KnowledgeIndex,
                                  build_document_graph)
+from colgraph_engine.kg import CooccurrenceExtractor
 from colgraph_engine.kg import index as index_module
 from colgraph_engine.kg.index import read_documents
 from colgraph_engine.pipeline import Pipeline
@@ -312,7 +313,8 @@ def test_older_directories_open_and_their_first_change_upgrades_them(tmp_path, v
     # against a fresh build: graphs exact, vectors within the cross-machine tolerance (the
     # fixture's vectors were encoded on another machine)
     scratch = KnowledgeIndex(ENC)
-    scratch.add_documents(small_docs())
+    # the fixtures were written when CooccurrenceExtractor was the default extractor
+    scratch.add_documents([build_document_graph(d, extractor=CooccurrenceExtractor()) for d in small_docs()])
     assert_same_index(old, scratch, vector_atol=CROSS_MACHINE_ATOL)
     assert read_documents(path) == [{"doc_id": d, "number": old.doc_number(d), "part": p,
                                      "nodes": old.document(d).n_nodes, "edges": old.document(d).n_edges,

@@ -12,7 +12,7 @@ of files (document id = file name) and, per document:
    extracts records per segment: given records (record files) as they are, else the
    ``extractor`` (an :class:`~.hooks.LLMExtractor` runs its segments concurrently; a plain
    callable ``text -> str`` runs one by one), else the offline
-   :class:`~colgraph_engine.kg.CooccurrenceExtractor`. A failed model call falls back to the
+   :class:`~colgraph_engine.kg.PhraseExtractor`. A failed model call falls back to the
    offline extractor for that segment (``on_failure="offline"``, the default, ours) or leaves
    the segment without records (``"skip"``); either way it is reported;
 5. asks the ``vision`` hook for the scene graph of every image with pixels and no scene graph,
@@ -45,7 +45,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..kg.document import DocumentInput, ImageInput, build_document_graph
-from ..kg.extract import CooccurrenceExtractor
+from ..kg.extract import PhraseExtractor
 from ..kg.index import KnowledgeIndex
 from ..kg.parsers import parse_extraction
 from ..kg.segment import segment_sections
@@ -271,7 +271,7 @@ class Job:
     max_tokens: int = 1200
     on_failure: str = "offline"
     build_options: dict = field(default_factory=dict)
-    offline: CooccurrenceExtractor = field(default_factory=CooccurrenceExtractor)
+    offline: PhraseExtractor = field(default_factory=PhraseExtractor)
 
 
 def process_file(file: Path, doc_id: str, job: Job):

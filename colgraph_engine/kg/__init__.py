@@ -8,7 +8,7 @@ pluggable extractor, merges, images and regions) -> :func:`encode_document` (plu
 from .document import (
     DocumentBuildError, DocumentGraph, DocumentInput, DocumentIssue, ImageInput, TableInput, build_document_graph,
 )
-from .extract import CooccurrenceExtractor
+from .extract import CooccurrenceExtractor, PhraseExtractor
 from .index import (
     INDEX_FORMAT, INDEX_VERSION, IndexConflictError, IndexFormatError, KnowledgeIndex, make_uid, read_documents,
 )
@@ -22,7 +22,7 @@ from .strings import StringColumn
 from .vectors import STORES, Encoders, ItemVectors, encode_document
 
 __all__ = [
-    "DIALECTS", "INDEX_FORMAT", "INDEX_VERSION", "STORES", "CooccurrenceExtractor", "DocumentBuildError",
+    "DIALECTS", "INDEX_FORMAT", "INDEX_VERSION", "STORES", "CooccurrenceExtractor", "DocumentBuildError", "PhraseExtractor",
     "DocumentGraph", "DocumentInput", "DocumentIssue", "Encoders", "EntityRecord", "ExtractionFormatError",
     "ImageInput", "IndexConflictError", "IndexFormatError", "ItemVectors", "KnowledgeIndex", "MappingRecord", "ParseIssue", "ParseResult",
     "RelationRecord", "SceneObject", "SceneRelation", "Section", "Segment", "StringColumn", "TableInput",

@@ -37,7 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from ..graph.kinds import EdgeKind, NodeKind
+from .captions import box_area, caption_texts, figure_links
 from .parsers import parse_extraction, parse_region_mappings, parse_scene_graph
+from .pages import page_source, section_pages
 from .records import ExtractionFormatError, ParseIssue, ParseResult, normalize_name
 from .segment import Section, Segment, segment_sections
 
@@ -524,7 +526,9 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
     Args:
         doc: the document.
         extractor: ``segment text -> record text`` for segments without given extractions
-            (default: :class:`~colgraph_engine.kg.extract.CooccurrenceExtractor`).
+            (default: :class:`~colgraph_engine.kg.extract.PhraseExtractor`). Caption definitions in a
+            segment ("Figure 3: ...") caption the image they name and link it to the ``Figure 3``
+            entity (DEPICTS, keyword ``caption``; rules in :mod:`colgraph_engine.kg.captions`).
         max_tokens, overlap_tokens, count_tokens: segmentation (see :func:`segment_sections`).
         strict: raise :class:`DocumentBuildError` if any record or match is malformed or
             unresolvable (default: drop it and report it in ``issues``).
@@ -570,8 +574,8 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
             got = "a str" if isinstance(doc.extractions, (str, bytes)) else f"{len(doc.extractions)}"
             raise ValueError(f"doc.extractions: expected one response per segment ({len(segments)}), got {got}")
     elif extractor is None:
-        from .extract import CooccurrenceExtractor
-        extractor = CooccurrenceExtractor()
+        from .extract import PhraseExtractor
+        extractor = PhraseExtractor()
     elif not callable(extractor):
         raise TypeError(f"extractor: expected a callable text -> str, got {type(extractor).__name__}")
 
@@ -579,7 +583,9 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
     lenient = False  # parsers always run lenient here; strictness is decided once, below
     seg_nodes = []
     for s, seg in enumerate(segments):
-        v = b.node(NodeKind.SEGMENT, f"segment-{s}", "", seg.text, prov=(s,))
+        # the pages its sections came from, as the segment's source (kg.pages): what citations read
+        pages = section_pages(doc.sections, *seg.sections) if doc.sections else ()
+        v = b.node(NodeKind.SEGMENT, f"segment-{s}", "", seg.text, source=page_source(doc.doc_id, pages), prov=(s,))
         seg_nodes.append(v)
         b.edge(0, v, EdgeKind.CONTAINS)
 
@@ -630,12 +636,19 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
             image_segment.setdefault(ref, s)
     refs = list(image_segment) + [r for r in inputs if r not in image_segment]
     graph_pixels = {}
+    named = figure_links(caption_texts(doc.sections, segments), [seg.images for seg in segments],  # "Figure N: ..."
+                         {r: a for r, im in inputs.items() if (a := box_area(im.source)) is not None})
     for ref in refs:
         im = inputs.get(ref, ImageInput(ref))
         s = image_segment.get(ref)
         own_file = isinstance(im.pixels, (str, os.PathLike)) and not isinstance(im.pixels, SpooledImage)
         source = im.source or (str(im.pixels) if own_file else "")  # a spool's temporary path is no source
-        v = b.node(NodeKind.IMAGE, ref, "", im.caption, source=source, bbox=FULL_BOX, prov=() if s is None else (s,))
+        caption = im.caption or " ".join(f"{label}: {cap}" for label, cap, _ in named.get(ref, ()))
+        v = b.node(NodeKind.IMAGE, ref, "", caption, source=source, bbox=FULL_BOX, prov=() if s is None else (s,))
+        for label, cap, cs in named.get(ref, ()):  # the image is what its caption's "Figure N" names
+            e = b.entity(label, "table" if label.startswith("Table") else "figure", cap, cs)
+            b.mention(seg_nodes[cs], e)
+            b.edge(v, e, EdgeKind.DEPICTS, 1.0, ("caption",), (f"{label}: {cap}",), (cs,), merge_key=("dep", v, e))
         if isinstance(im.pixels, SpooledImage):
             graph_pixels[ref] = SpooledPixels(im.pixels)  # not a path: dropped with decoded images
         elif im.pixels is not None:
@@ -644,7 +657,7 @@ def build_document_graph(doc: DocumentInput, *, extractor: Callable[[str], str] 
             b.note(f"image {ref!r}", _issue("image not in any section", ref, "attached to the document", "warning"))
         b.edge(0 if s is None else seg_nodes[s], v, EdgeKind.CONTAINS)
         image_level = _add_image_regions(b, v, im, s, min_mapping_score)
-        if not image_level and image_fallback != "off":
+        if not image_level and image_fallback != "off" and ref not in named:  # a caption link is image-level
             _attach_unmatched_image(b, v, im, s, None if s is None else seg_nodes[s], image_fallback,
                                     image_entity_scores)
 
