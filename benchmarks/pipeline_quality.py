@@ -35,9 +35,17 @@ Questions: every answerable dev question (at least one valid evidence page). Two
   quality report ranks pages within the question's PDF), so stage 1 recall is 1 by construction;
 * open: one index over all documents; stage 1 must find the question's document.
 
-Variants (same vectors, one run): (a) plain page MaxSim, question tokens vs page segment tokens;
-(b) ``retrieval="graph"`` (defaults); (c) ``retrieval="chunks"``; (d) graph with ``hops=0`` and
-``filter="off"``; (e) graph with ``visual_ranker="pooled"`` (b is ``"maxsim"``).
+Variants (same vectors, one run; ``VARIANTS``): (a) plain page MaxSim, question tokens vs page
+segment tokens; (b) the default, ``retrieval="graph+chunks"`` (the graph adds to the chunk
+ranking: :mod:`colgraph_engine.pipeline.graph_adds`); (c) ``retrieval="chunks"``; (d)
+``retrieval="graph"`` as mKG-RAG states it, (f) with ``hops=0, filter="off"``, (m) with name
+seeds; the default's hops 0 and 2 (g, h), filters off and mkg (i, j), lexical-only and
+description seeds (k, l), graph weight 0.25 and 1 (n, o), and the pooled visual ranker (e).
+``--variants gk`` runs a, b, c and the named letters only.
+
+Context efficiency: the share of questions with a short gold answer (``short_answer``) whose
+normalised answer occurs within the first 1,000 and 2,000 tokens of the rendered context.
+Cross-page questions: two or more gold pages.
 
 Retrieved evidence pages of a pipeline result: the evidence sources (segments -> their page) and
 E_k (``page-<n>`` images), interleaved by rank (source 1, image 1, source 2, ...), repeats
@@ -70,13 +78,27 @@ DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "mmlongbench-dev"
 CACHE = HERE / ".cache" / "pipeline_quality"
 IMAGE_SOURCES = ("Chart", "Figure", "Image")
 KS = (1, 5, 10)
-VARIANTS = {  # name -> PipelineConfig changes (None: plain page MaxSim)
-    "a: page MaxSim": None,
-    "b: graph": {},
-    "c: chunks": {"retrieval": "chunks"},
-    "d: graph hops=0 filter=off": {"hops": 0, "filter": "off"},
-    "e: graph, pooled visual": {"visual_ranker": "pooled"},
+GRAPH, CHUNKS, MKG, PLAIN = "b: graph+chunks", "c: chunks", "d: graph (mKG-RAG)", "a: page MaxSim"
+H0, H2, POOLED = "g: graph+chunks hops=0", "h: graph+chunks hops=2", "e: graph+chunks, pooled visual"
+VARIANTS = {  # name -> PipelineConfig changes (None: plain page MaxSim); b is the default config
+    PLAIN: None,
+    GRAPH: {},
+    CHUNKS: {"retrieval": "chunks"},
+    MKG: {"retrieval": "graph"},
+    "f: graph (mKG-RAG) hops=0 filter=off": {"retrieval": "graph", "hops": 0, "filter": "off"},
+    "m: graph (mKG-RAG), name seeds": {"retrieval": "graph", "seed_match": "names"},
+    H0: {"hops": 0},
+    H2: {"hops": 2},
+    "i: graph+chunks filter=off": {"filter": "off"},
+    "j: graph+chunks filter=mkg": {"filter": "mkg"},
+    "k: graph+chunks name-token seeds": {"seed_match": "names"},
+    "l: graph+chunks description seeds": {"seed_match": "descriptions"},
+    "n: graph+chunks beta=0.25": {"graph_weight": 0.25},
+    "o: graph+chunks beta=1": {"graph_weight": 1.0},
+    POOLED: {"visual_ranker": "pooled"},
 }
+GROUPS = ("all", "image-bearing", "cross-page", "text-only")
+BUDGETS = (1000, 2000)
 
 # --------------------------------------------------------------------------- page mapping helpers
 
@@ -187,6 +209,7 @@ def parse_args(argv=None):
     ap.add_argument("--rebuild", action="store_true", help="ignore the cached index")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     ap.add_argument("--name", default="pipeline_quality")
+    ap.add_argument("--variants", default="", help="letters of the variants to run (a, b, c always run; default: all)")
     return ap.parse_args(argv)
 
 
@@ -316,6 +339,44 @@ def score_question(ranked, gold) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- context efficiency
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+_NORM = re.compile(r"[0-9]+(?:\.[0-9]+)?|[a-z]+")
+
+
+def norm_tokens(text: str) -> list[str]:
+    """Lower-cased words and numbers; thousands separators dropped ("1,234" -> "1234") and a
+    trailing ".0" dropped ("12.0" -> "12"), so "$1,234.0" and "1234" read alike."""
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+    return [re.sub(r"\.0+$", "", t) for t in _NORM.findall(text)]
+
+
+def short_answer(q) -> list[str] | None:
+    """The normalised gold answer when it is short (Int, Float or Str with at most 5 tokens;
+    numbers, names, dates), else None. A single digit 0-9 is left out: it occurs by chance in
+    almost any context of 1,000 tokens (page numbers, list markers), so it measures nothing."""
+    if q.answer_format not in ("Int", "Float", "Str"):
+        return None
+    toks = norm_tokens(q.answer)
+    if not toks or len(toks) > 5 or (len(toks) == 1 and toks[0].isdigit() and len(toks[0]) == 1):
+        return None
+    return toks
+
+
+def answer_within(context: str, answer: list[str], budget: int) -> bool:
+    """Whether the answer's token sequence occurs in the first `budget` tokens of `context`
+    (tokens as :func:`colgraph_engine.pipeline.count_tokens` counts them)."""
+    end = len(context)
+    for n, m in enumerate(_WORD.finditer(context)):
+        if n == budget:  # the context as written up to the end of its budget-th token
+            end = m.start()
+            break
+    toks = norm_tokens(context[:end])
+    n = len(answer)
+    return any(toks[i:i + n] == answer for i in range(len(toks) - n + 1))
+
+
 def maxsim_rankings(index, questions, qv, qo, corpus: str) -> dict[str, list]:
     """Plain page MaxSim: question tokens vs every kept page's segment tokens (per document or
     over all documents), ranked (doc_id, page) lists of length 10."""
@@ -343,6 +404,19 @@ def maxsim_rankings(index, questions, qv, qo, corpus: str) -> dict[str, list]:
     return out
 
 
+def page_texts(index, node_pages) -> dict:
+    """``{(doc_id, page): text}`` of every kept page (its one segment)."""
+    store = index.stores["segment"]
+    nodes = index.nodes_of_uids(store.ids.cpu().numpy()[store.alive.cpu().numpy().astype(bool)])
+    return {next(iter(node_pages(v))): index.describe_node(int(v))["text"] for v in nodes.tolist()}
+
+
+def pages_context(ranked, texts) -> str:
+    """Plain page MaxSim's context: the ranked pages' texts, best first, one per line (the
+    sources section of a pipeline context without its JSON framing)."""
+    return "\n".join(texts[p] for p in ranked)
+
+
 def run_pipeline(index, encoders, questions, changes, node_pages):
     from colgraph_engine.pipeline import Pipeline, PipelineConfig
 
@@ -358,7 +432,8 @@ def run_pipeline(index, encoders, questions, changes, node_pages):
             sub_pages |= node_pages(v)
         per_q[q.qid] = {"merged": merged, "sources": src, "images": img,
                         "docs": [d for d, _ in r.documents], "subgraph_pages": sub_pages,
-                        "counts": r.counts, "notes": r.notes}
+                        "counts": r.counts, "notes": r.notes, "context": r.context.render(),
+                        "seeds": list(r.seed_entities)}
     stages = {k: v for k, v in results[0].timings.items()} if results else {}
     return per_q, elapsed, stages
 
@@ -373,6 +448,9 @@ def main(argv=None) -> int:
     from colgraph_engine.eval.datasets import load_mmlongbench
     from colgraph_engine.packed import pack
 
+    global VARIANTS
+    if args.variants:
+        VARIANTS = {k: v for k, v in VARIANTS.items() if k[0] in "abc" + args.variants}
     t_start = time.perf_counter()
     ds = load_mmlongbench(args.data)
     encoders = make_encoders(args)
@@ -390,12 +468,13 @@ def main(argv=None) -> int:
     timing: dict[str, dict] = {"per-document": {}, "open": {}}
     # open corpus: one index, one batch per variant
     node_pages = NodePages(index)
+    texts = page_texts(index, node_pages)
     for name, changes in VARIANTS.items():
         t0 = time.perf_counter()
         if changes is None:
             ranked = maxsim_rankings(index, questions, qv, qo, "open")
-            runs["open"][name] = {qid: {"merged": r, "sources": r, "images": [], "docs": None, "subgraph_pages": None}
-                                  for qid, r in ranked.items()}
+            runs["open"][name] = {qid: {"merged": r, "sources": r, "images": [], "docs": None, "subgraph_pages": None,
+                                        "context": pages_context(r, texts)} for qid, r in ranked.items()}
             timing["open"][name] = {"total_s": time.perf_counter() - t0}
         else:
             per_q, elapsed, stages = run_pipeline(index, encoders, questions, changes, node_pages)
@@ -404,8 +483,9 @@ def main(argv=None) -> int:
         print(f"open corpus, {name}: {time.perf_counter() - t0:.1f} s", flush=True)
     # per document: each question against an index of its own document
     ranked = maxsim_rankings(index, questions, qv, qo, "per-document")
-    runs["per-document"]["a: page MaxSim"] = {qid: {"merged": r, "sources": r, "images": [], "docs": None,
-                                                    "subgraph_pages": None} for qid, r in ranked.items()}
+    runs["per-document"][PLAIN] = {qid: {"merged": r, "sources": r, "images": [], "docs": None,
+                                         "subgraph_pages": None, "context": pages_context(r, texts)}
+                                   for qid, r in ranked.items()}
     for name in VARIANTS:
         if VARIANTS[name] is not None:
             runs["per-document"][name] = {}
@@ -462,7 +542,9 @@ def _mean(xs):
 
 def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> dict:
     groups = {"all": [q.qid for q in questions], "image-bearing": [q.qid for q in questions if q.qid in image_q],
+              "cross-page": [q.qid for q in questions if len(gold[q.qid]) > 1],
               "text-only": [q.qid for q in questions if q.qid not in image_q]}
+    short = {q.qid: short_answer(q) for q in questions}
     sources_of = {q.qid: q.evidence_sources for q in questions}
     table = {}
     per_question = {}
@@ -481,22 +563,29 @@ def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> 
                     else float("nan")
                 s["S5 E_k"] = float(bool(set(r["images"]) & g)) if VARIANTS[name] is not None else float("nan")
                 s["S6 sources"] = float(bool(set(r["sources"]) & g))
-                if name == "b: graph":
+                for b in BUDGETS:
+                    s[f"ctx@{b}"] = float(answer_within(r["context"], short[qid], b)) if short[qid] else float("nan")
+                if name in (GRAPH, CHUNKS):
                     s["top5"] = [list(x) for x in r["merged"][:5]]
+                    s["seeds"] = r.get("seeds", [])
                 scored[qid] = s
             for gname, qids in groups.items():
                 rows[gname] = {"n": len(qids)}
                 for key in ("R@1", "R@5", "R@10", "any", "src R@5", "img R@5", "S1 doc", "S4 subgraph", "S5 E_k",
                             "S6 sources"):
                     rows[gname][key] = _mean([scored[qid][key] for qid in qids])
+                for b in BUDGETS:  # context efficiency: over the group's questions with a short answer
+                    rows[gname][f"ctx@{b}"] = _mean([scored[qid][f"ctx@{b}"] for qid in qids if short[qid]])
+                rows[gname]["n short"] = sum(1 for qid in qids if short[qid])
             table[corpus][name] = rows
             per_question.setdefault(corpus, {})[name] = scored
     # where the graph helps / hurts: questions whose Recall@5 differs between two variants
     comparisons = {}
     for corpus in runs:
         pq = per_question[corpus]
-        for a, b in (("b: graph", "c: chunks"), ("b: graph", "a: page MaxSim"),
-                     ("b: graph", "d: graph hops=0 filter=off"), ("b: graph", "e: graph, pooled visual")):
+        for a, b in ((GRAPH, CHUNKS), (GRAPH, PLAIN), (GRAPH, H0), (GRAPH, MKG), (GRAPH, POOLED)):
+            if a not in pq or b not in pq:
+                continue
             better, worse = defaultdict(int), defaultdict(int)
             for q in questions:
                 d = pq[a][q.qid]["R@5"] - pq[b][q.qid]["R@5"]
@@ -518,7 +607,7 @@ def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> 
         for src in srcs:
             qids = [q.qid for q in questions if src in q.evidence_sources]
             by_source[corpus][src] = {"n": len(qids), **{
-                name: _mean([per_question[corpus][name][qid]["R@5"] for qid in qids]) for name in VARIANTS}}
+                name: _mean([per_question[corpus][name][qid]["R@5"] for qid in qids]) for name in runs[corpus]}}
     counts = index.counts
     notes = sorted({n for corpus in runs for name, per_q in runs[corpus].items() for r in per_q.values()
                     for n in r.get("notes", [])})
@@ -539,7 +628,26 @@ def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> 
                 "subgraph pages": _mean([len(r["subgraph_pages"]) for r in per_q.values()]),
                 "at expansion budget": _mean([x["expand"]["nodes"] >= budget for x in c]),
             }
+    by_doc = {}  # per corpus: each document's mean Recall@5 (its own questions) per variant
+    for corpus in runs:
+        by_doc[corpus] = {}
+        for d in sorted({q.doc_id for q in questions}):
+            qids = [q.qid for q in questions if q.doc_id == d]
+            by_doc[corpus][d] = {"n": len(qids), **{name: _mean([per_question[corpus][name][qid]["R@5"] for qid in qids])
+                                                    for name in runs[corpus]}}
+    examples = {"wins": [], "losses": []}
+    pq = per_question.get("open", {})
+    if GRAPH in pq and CHUNKS in pq:
+        deltas = sorted(((pq[GRAPH][q.qid]["R@5"] - pq[CHUNKS][q.qid]["R@5"], q) for q in questions),
+                        key=lambda t: (-abs(t[0]), t[1].qid))
+        for d, q in deltas:
+            kind = "wins" if d > 0 else "losses" if d < 0 else None
+            if kind and len(examples[kind]) < 6:
+                examples[kind].append({"qid": q.qid, "delta": d, "question": q.question, "answer": q.answer,
+                                       "gold": sorted(q.evidence_pages), "seeds": pq[GRAPH][q.qid].get("seeds", []),
+                                       "graph_top5": pq[GRAPH][q.qid]["top5"], "chunks_top5": pq[CHUNKS][q.qid]["top5"]})
     return {
+        "examples": examples, "by_document_R@5": by_doc,
         "date": str(datetime.date.today()),
         "settings": {"max_pages": args.max_pages, "max_docs": args.max_docs, "ocr": not args.no_ocr,
                      "image_scale": args.image_scale, "patch_grid": args.patch_grid, "text_length": args.text_length,
@@ -590,7 +698,7 @@ def render_markdown(r, args) -> list[str]:
            else "") + ").",
         "",
         f"**Index**: {c['index'].get('segments', 0)} segments (one per page), {c['index'].get('entities', 0)} entities, "
-        f"{c['index'].get('relations', 0)} relations (CooccurrenceExtractor, no LLM), {c['index'].get('images', 0)} page "
+        f"{c['index'].get('relations', 0)} relations (the default offline extractor, no LLM), {c['index'].get('images', 0)} page "
         f"images. Encoders: tokens `{s['encoders']['tokens']['name']}` (as quality_report.py), text "
         f"`{s['encoders']['text']['name']}`, patches `{s['encoders']['patches']['name']}` (pages rendered at scale "
         f"{s['image_scale']}). MiniLM and EfficientNet share no embedding space, so E_k is ranked on the images' "
@@ -608,22 +716,30 @@ def render_markdown(r, args) -> list[str]:
         f"*open*: one index over all {c['documents']} documents, stage 1 must find the document.",
         "",
     ]
+    lines += ["**Context efficiency** (ctx@1000, ctx@2000): the share of questions with a short gold answer (Int, "
+              "Float or Str of at most 5 tokens, a single digit left out; normalised: lower case, thousands "
+              "separators and trailing .0 dropped) whose answer token sequence occurs in the first 1,000 / 2,000 "
+              "tokens of the rendered context (`Context.render()`: entities, relations, sources, images; plain page "
+              "MaxSim: the ranked pages' texts). **Cross-page**: questions with two or more gold pages.", ""]
+    lines += targets(r) + [""]
     for corpus in ("per-document", "open"):
         lines += [f"## {corpus} corpus", "",
                   "| variant | questions | n | R@1 | R@5 | R@10 | any | sources R@5 | E_k R@5 | S1 doc | S4 subgraph "
-                  "| S5 E_k | S6 sources |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| S6 sources | n short | ctx@1000 | ctx@2000 |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, rows in r["table"][corpus].items():
-            for g in ("all", "image-bearing", "text-only"):
+            for g in GROUPS:
                 row = rows[g]
                 lines.append(f"| {name} | {g} | {row['n']} | " + " | ".join(
                     _f(row[k]) for k in ("R@1", "R@5", "R@10", "any", "src R@5", "img R@5", "S1 doc", "S4 subgraph",
-                                         "S5 E_k", "S6 sources")) + " |")
+                                         "S6 sources")) + f" | {row['n short']} | {_f(row['ctx@1000'])} | "
+                    f"{_f(row['ctx@2000'])} |")
         lines.append("")
+        names = list(r["table"][corpus])
         lines += ["Recall@5 by evidence source (a question counts under each of its sources):", "",
-                  "| source | n | " + " | ".join(VARIANTS) + " |", "|---|---:|" + "---:|" * len(VARIANTS)]
+                  "| source | n | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
         for src, row in r["by_source_R@5"][corpus].items():
-            lines.append(f"| {src} | {row['n']} | " + " | ".join(_f(row[v]) for v in VARIANTS) + " |")
+            lines.append(f"| {src} | {row['n']} | " + " | ".join(_f(row[v]) for v in names) + " |")
         lines.append("")
         sc = r["stage_counts"][corpus]
         lines += ["Mean candidates per question:", "",
@@ -636,54 +752,59 @@ def render_markdown(r, args) -> list[str]:
                          f"{row['visual candidates']:.1f} | {row['E_k']:.1f} | {row['sources']:.1f} | "
                          f"{r['timing'][corpus][name]['total_s']:.1f} |")
         lines.append("")
-    lines += ["## Where the graph helps and where it hurts", ""] + verdict(r) + [""]
+    show = [n for n in (PLAIN, GRAPH, CHUNKS, MKG) if n in r["table"]["open"]]
+    for corpus in ("per-document", "open"):
+        rows = r["by_document_R@5"][corpus]
+        below = [d for d, row in rows.items() if row[GRAPH] < row[CHUNKS] - 1e-9]
+        lines += [f"Recall@5 per document ({corpus} corpus; each document's own questions): {GRAPH} is below "
+                  f"{CHUNKS} on {len(below)} of {len(rows)} documents" + (f" ({', '.join(below)})" if below else "")
+                  + ".", "", "| document | questions | " + " | ".join(show) + " |", "|---|---:|" + "---:|" * len(show)]
+        for d, row in rows.items():
+            lines.append(f"| {d} | {row['n']} | " + " | ".join(_f(row[n]) for n in show) + " |")
+        lines.append("")
     lines += ["Questions whose Recall@5 is higher (better) or lower (worse) with the first variant, by evidence "
               "source:", "", "| comparison | better | worse |", "|---|---|---|"]
     for k, v in r["comparisons"].items():
         fmt = lambda d: ", ".join(f"{s} {n}" for s, n in sorted(d.items(), key=lambda kv: (kv[0] != "all", kv[0]))) or "0"
         lines.append(f"| {k} | {fmt(v['better'])} | {fmt(v['worse'])} |")
+    lines += ["", "## Examples (open corpus): graph+chunks vs chunks", ""]
+    for kind in ("wins", "losses"):
+        lines.append(f"**{kind}** (Recall@5 of {GRAPH} minus {CHUNKS}, largest first):")
+        lines.append("")
+        for e in r["examples"][kind]:
+            lines.append(f"* `{e['qid']}` ({e['delta']:+.2f}) {e['question']!r}; gold {e['gold']}; seeds "
+                         f"{e['seeds'][:6]}; graph+chunks top 5 {e['graph_top5']}; chunks top 5 {e['chunks_top5']}")
+        lines.append("")
     lines += ["", "Build: " + ", ".join(f"{k} {v:.0f} s" for k, v in r["build"]["timings_s"].items())
               + (f"; this run opened the cached index in {r['build']['load_s']:.0f} s" if r["build"]["cached"] else "")
               + ". Pipeline notes seen: " + "; ".join(r["notes"]) + "."]
     return lines
 
 
-def verdict(r) -> list[str]:
-    out = []
+def targets(r) -> list[str]:
+    """The issue's targets (graph = the default graph+chunks), each with the measured values."""
+    o, p = r["table"]["open"], r["table"]["per-document"]
+    out = ["**Targets** (issue 24 item 6; open corpus unless said):", "",
+           "| target | measured | met |", "|---|---|---|"]
+
+    def row(text, lhs, rhs, margin):
+        out.append(f"| {text} | {lhs:.3f} vs {rhs:.3f} + {margin:.2f} | {'yes' if lhs >= rhs + margin - 1e-9 else 'no'} |")
+
+    row("graph R@5 >= chunks + 0.03 (all)", o[GRAPH]["all"]["R@5"], o[CHUNKS]["all"]["R@5"], 0.03)
+    row("graph R@5 >= chunks + 0.05 (cross-page)", o[GRAPH]["cross-page"]["R@5"], o[CHUNKS]["cross-page"]["R@5"], 0.05)
+    if H0 in o:
+        h1, h0 = o[GRAPH]["cross-page"]["R@5"], o[H0]["cross-page"]["R@5"]
+        out.append(f"| hops=1 better than hops=0 (cross-page R@5) | {h1:.3f} vs {h0:.3f} | {'yes' if h1 > h0 else 'no'} |")
+    g, c = p[GRAPH]["all"]["R@5"], p[CHUNKS]["all"]["R@5"]
+    out.append(f"| per-document corpus: graph not below chunks (R@5, all) | {g:.3f} vs {c:.3f} | "
+               f"{'yes' if g >= c else 'no'} |")
     for corpus in ("per-document", "open"):
-        t, cmp_ = r["table"][corpus], r["comparisons"]
-        g, c = t["b: graph"]["all"], t["c: chunks"]["all"]
-        gc = cmp_[f"{corpus}: b: graph vs c: chunks"]
-        gd = cmp_[f"{corpus}: b: graph vs d: graph hops=0 filter=off"]
-        sc = r["stage_counts"][corpus]
-        helps = [s for s, row in r["by_source_R@5"][corpus].items() if row["b: graph"] > row["c: chunks"] + 1e-9]
-        hurts = [s for s, row in r["by_source_R@5"][corpus].items() if row["b: graph"] < row["c: chunks"] - 1e-9]
-        out.append(
-            f"* **{corpus}**: the graph's Recall@5 is {g['R@5']:.3f} against chunks' {c['R@5']:.3f}; it is higher on "
-            f"{gc['better'].get('all', 0)} questions and lower on {gc['worse'].get('all', 0)} of {g['n']}. By evidence "
-            f"source it is ahead of chunks on {', '.join(helps) or 'none'} and behind on {', '.join(hurts) or 'none'}. "
-            f"The graph's sources are the chunks' ranking (question tokens vs segment tokens) restricted to the pages "
-            f"its entities and relations come from: a gold page anywhere in the evidence for {g['any']:.3f} of the "
-            f"questions against {c['any']:.3f} for chunks (S4: the subgraph touches a gold page for {g['S4 subgraph']:.3f}"
-            f", S6: it reaches the top-10 sources for {g['S6 sources']:.3f}). Expansion (l = 1, default filter) vs "
-            f"seeds only (hops=0, filter=off): Recall@5 differs on {gd['better'].get('all', 0) + gd['worse'].get('all', 0)}"
-            f" questions; the subgraph grows from {sc['d: graph hops=0 filter=off']['subgraph nodes']:.0f} to "
-            f"{sc['b: graph']['subgraph nodes']:.0f} nodes ({sc['b: graph']['at expansion budget']:.0%} of queries stop "
-            f"at the 256-node expansion budget) and the pages it touches from "
-            f"{sc['d: graph hops=0 filter=off']['subgraph pages']:.1f} to {sc['b: graph']['subgraph pages']:.1f}, but "
-            f"the seeds' pages already hold the best-scoring pages, so the top sources do not change.")
-    for corpus in ("per-document", "open"):
-        t = r["table"][corpus]
-        for g in ("all", "image-bearing", "text-only"):
-            base, graph, chunks = t["a: page MaxSim"][g]["R@5"], t["b: graph"][g]["R@5"], t["c: chunks"][g]["R@5"]
-            h0 = t["d: graph hops=0 filter=off"][g]["R@5"]
-            out.append(f"* {corpus}, {g} (n={t['b: graph'][g]['n']}): graph R@5 {graph:.3f} vs chunks {chunks:.3f} "
-                       f"({graph - chunks:+.3f}), vs plain page MaxSim {base:.3f} ({graph - base:+.3f}), vs hops=0 "
-                       f"filter=off {h0:.3f} ({graph - h0:+.3f}).")
-        pooled = t["e: graph, pooled visual"]["image-bearing"]
-        mx = t["b: graph"]["image-bearing"]
-        out.append(f"* {corpus}, image-bearing: E_k R@5 with the MaxSim visual ranker {mx['img R@5']:.3f} vs pooled "
-                   f"{pooled['img R@5']:.3f}; evidence R@5 {mx['R@5']:.3f} vs {pooled['R@5']:.3f}.")
+        rows = r["by_document_R@5"][corpus]
+        below = sum(1 for row in rows.values() if row[GRAPH] < row[CHUNKS] - 1e-9)
+        out.append(f"| {corpus} corpus: graph never below chunks on any document (R@5) | below on {below} of "
+                   f"{len(rows)} documents | {'yes' if not below else 'no'} |")
+    row("context efficiency at 2,000 tokens >= chunks + 0.05", o[GRAPH]["all"]["ctx@2000"], o[CHUNKS]["all"]["ctx@2000"],
+        0.05)
     return out
 
 
@@ -692,21 +813,21 @@ def plot(r, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
-    names = list(VARIANTS)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.5), sharey=True)
+    names = list(r["table"]["open"])
     x = np.arange(len(names))
     for ax, corpus in zip(axes, ("per-document", "open")):
         t = r["table"][corpus]
-        for off, g, color in ((-0.2, "all", "#1f77b4"), (0.2, "image-bearing", "#ff7f0e")):
+        for off, g, color in ((-0.3, "all", "#1f77b4"), (-0.1, "image-bearing", "#ff7f0e"),
+                              (0.1, "cross-page", "#2ca02c")):
             vals = [t[n][g]["R@5"] for n in names]
-            ax.bar(x + off, vals, 0.4, label=f"{g} (n={t[names[0]][g]['n']})", color=color)
-            for xi, v in zip(x + off, vals):
-                ax.text(xi, v + 0.01, f"{v:.2f}", ha="center", fontsize=7)
-        ax.set_xticks(x, [n.split(": ", 1)[1].replace(" filter", "\nfilter").replace(", ", "\n") for n in names],
-                      fontsize=7)
+            ax.bar(x + off, vals, 0.2, label=f"R@5 {g} (n={t[names[0]][g]['n']})", color=color)
+        vals = [t[n]["all"]["ctx@2000"] for n in names]
+        ax.bar(x + 0.3, vals, 0.2, label="ctx@2000", color="#9467bd")
+        ax.set_xticks(x, [n.split(": ", 1)[1].replace(" ", "\n", 1) for n in names], fontsize=6, rotation=60)
         ax.set_title(f"{corpus} corpus", fontsize=10)
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel("Recall@5 of evidence pages")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("Recall@5 of evidence pages / context efficiency")
     fig.suptitle(f"MMLongBench-Doc dev: pipeline variants, {r['counts']['documents']} documents, "
                  f"{r['counts']['pages']} pages, {r['counts']['questions']} questions", fontsize=10)
     fig.tight_layout()

@@ -27,7 +27,9 @@ def index():
 
 
 def run(index, question, **changes):
-    return Pipeline(index, ENC, PipelineConfig().replace(**changes)).retrieve(question)
+    # these tests check mKG-RAG's stages as it states them: retrieval="graph" (graph+chunks, the
+    # default, has its own tests in test_graph_adds.py)
+    return Pipeline(index, ENC, PipelineConfig(retrieval="graph").replace(**changes)).retrieve(question)
 
 
 def summary(r):
@@ -157,7 +159,7 @@ def test_unfiltered_expansion_reaches_every_walkable_neighbour(index):
 
 def test_default_filter_keeps_the_entities_above_threshold(index):
     settings = dict(kd=7, kg=2, hops=2, min_keep=1, expansion_budget=10_000)
-    pipe = Pipeline(index, ENC, PipelineConfig(filter="default", **settings))
+    pipe = Pipeline(index, ENC, PipelineConfig(retrieval="graph", filter="default", **settings))
     r = pipe.retrieve(DEMO_QUESTIONS[1])
     off = run(index, DEMO_QUESTIONS[1], filter="off", **settings)
     t = pipe.threshold()
@@ -334,7 +336,9 @@ def test_each_switch_changes_its_stage_and_nothing_before_it(index, change, firs
 
 
 @pytest.mark.parametrize("changes", [{}, {"filter": "mkg"}, {"filter": "off"}, {"fusion": "weighted"},
-                                     {"filter": "mkg", "fusion": "weighted", "kd": 2}])
+                                     {"filter": "mkg", "fusion": "weighted", "kd": 2}, {"retrieval": "graph"},
+                                     {"retrieval": "graph", "filter": "mkg"}, {"retrieval": "graph", "filter": "off"},
+                                     {"retrieval": "graph", "seed_match": "names"}])
 def test_batch_equals_single_and_runs_are_deterministic(index, changes):
     cat = _photo("chelsea")[30:270, 60:400]
     queries = [Query(q) for q in DEMO_QUESTIONS] + [Query("Where does this animal live?", image=cat, caption="cat")]
@@ -414,7 +418,8 @@ def test_record_extractor_adds_llm_records_and_survives_failures(index):
         return ("relation<|#|>Eileen Collins<|#|>STS-93<|#|>commander of<|#|>She commanded it in 1999.\n"
                 "<|COMPLETE|>")
 
-    r = Pipeline(index, ENC, record_extractor=extractor).retrieve(DEMO_QUESTIONS[1])
+    # mKG-RAG's query-conditioned extraction over its graph evidence (retrieval="graph")
+    r = Pipeline(index, ENC, PipelineConfig(retrieval="graph"), record_extractor=extractor).retrieve(DEMO_QUESTIONS[1])
     llm = [x for x in r.evidence.records if x.source == "llm"]
     assert seen["q"] == DEMO_QUESTIONS[1] and "STS-93" in seen["text"]
     assert len(llm) == 1 and (llm[0].subject, llm[0].predicate, llm[0].object) == ("Eileen Collins", "commander of",

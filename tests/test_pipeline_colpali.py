@@ -25,7 +25,8 @@ def setup(tmp_path_factory):
 
 def test_images_are_ranked_by_their_patches(setup):
     model, enc, index = setup
-    pipe = Pipeline(index, enc, PipelineConfig(k=20, all_document_images=True))
+    # retrieval="graph": E_k's scores are the visual ranker's own (graph+chunks adds graph support)
+    pipe = Pipeline(index, enc, PipelineConfig(retrieval="graph", k=20, all_document_images=True))
     assert pipe.image_units == "patches"
     r = pipe.retrieve("Which photo shows the mountain seen from the train window?")
     assert r.images and r.image_units == "patches" and "text views" not in r.context.render()

@@ -18,7 +18,8 @@ PREFILTER_EXACT = ("store", "codes")
 PREFILTER_NBITS = (1, 2, 4)
 PREFILTER_BUDGETS = ("adaptive", "plaid")
 FUSIONS = ("rrf", "weighted")
-RETRIEVALS = ("graph", "chunks")
+RETRIEVALS = ("graph+chunks", "graph", "chunks")
+SEED_MATCHES = ("auto", "names", "lexical", "descriptions")
 FILTERS = ("off", "mkg", "default")
 VISUAL_RANKERS = ("maxsim", "pooled", "off")
 VISUAL_UNITS = ("auto", "patches", "text_view")
@@ -108,8 +109,22 @@ class PipelineConfig:
             constant of Cormack et al., 2009), or ``"weighted"``: ``Σ_side w_side · minmax(score)``.
         text_weight: w of the text side for ``"weighted"`` (the image side gets 1 - w). Ours: 0.5.
     Stages 2-4, graph retrieval:
-        retrieval: ``"graph"`` (stages 2-4) or ``"chunks"`` (the top `chunks_k` segments of the
-            Kd documents by question + caption tokens; mKG-RAG's ablation).
+        retrieval: ``"graph+chunks"`` (the default, ours: the graph adds to the chunk ranking and
+            re-ranks it, never narrows it; the rule is in :mod:`.graph_adds`), ``"graph"``
+            (mKG-RAG as it states it: stages 2-4, sources only where the subgraph is) or
+            ``"chunks"`` (the top `chunks_k` segments of the Kd documents by question + caption
+            tokens; mKG-RAG's ablation).
+        seed_match: how stage 3 finds seed entities: ``"descriptions"`` (mKG-RAG: cosine of the
+            question's text vector with "name: description" vectors), ``"names"`` (idf-weighted
+            lexical match with entity names plus MaxSim over name tokens, :mod:`.graph_adds`),
+            ``"lexical"`` (the lexical part alone) or ``"auto"`` (the default: ``"lexical"`` with
+            ``"graph+chunks"``, ``"descriptions"`` with ``"graph"``). Ours: auto picks
+            ``"lexical"`` because ``"names"`` token-encodes every entity name of the recalled
+            documents on the query path (the index stores no name tokens yet), which with MiniLM
+            costs seconds on a document's first query; on the dev set the lexical match alone
+            scored as well (``benchmarks/results/pipeline_quality.md``).
+        graph_weight: β of ``"graph+chunks"``, the weight of graph support against the unit's
+            normalised MaxSim (ours: 0.5).
         kg: entities and relations retrieved per query (mKG-RAG: 10 each).
         hops: expansion depth l in [0, 3] (mKG-RAG: 1).
         filter: ``"off"`` (mKG-RAG's released configuration), ``"mkg"`` (its code's rule) or
@@ -149,7 +164,9 @@ class PipelineConfig:
     fusion: str = "rrf"
     rrf_k: int = 60
     text_weight: float = 0.5
-    retrieval: str = "graph"
+    retrieval: str = "graph+chunks"
+    seed_match: str = "auto"
+    graph_weight: float = 0.5
     chunks_k: int = 10
     kg: int = 10
     hops: int = 1
@@ -187,6 +204,8 @@ class PipelineConfig:
         _int(self.rrf_k, "rrf_k", 0, 1_000_000)
         _float(self.text_weight, "text_weight", 0.0, 1.0)
         _choice(self.retrieval, "retrieval", RETRIEVALS)
+        _choice(self.seed_match, "seed_match", SEED_MATCHES)
+        _float(self.graph_weight, "graph_weight", 0.0, 100.0)
         _int(self.chunks_k, "chunks_k", 1, 10_000)
         _int(self.kg, "kg", 1, 10_000)
         _int(self.hops, "hops", 0, 3)
@@ -206,6 +225,13 @@ class PipelineConfig:
         for name in ("budget_entities", "budget_relations", "budget_sources", "budget_images"):
             _int(getattr(self, name), name, 0, 10_000_000)
         _bool(self.only_context, "only_context")
+
+    @property
+    def seeds_by(self) -> str:
+        """The seed match in force (``seed_match`` with ``"auto"`` resolved)."""
+        if self.seed_match != "auto":
+            return self.seed_match
+        return "lexical" if self.retrieval == "graph+chunks" else "descriptions"
 
     def replace(self, **changes) -> PipelineConfig:
         """A copy with `changes` applied (validated; unknown names raise ValueError)."""

@@ -4,7 +4,9 @@ iterative expansion G*(q).
 * **B(q)**: the kept entities (by filter score), the kept relations (by score), and the text
   sources: kept segments and tables plus the segments that are provenance of kept entities and
   relations, ranked by MaxSim of the question (+ caption) tokens against their tokens; the best
-  ``evidence_k`` are kept.
+  ``evidence_k`` are kept. With ``retrieval="graph+chunks"`` the sources are instead every segment
+  and table of the Kd documents ranked by their MaxSim combined with graph support
+  (:mod:`.graph_adds`), the best ``evidence_k`` kept.
 * **R(q)**: deterministic records ``(subject, predicate, object, evidence)``: one per kept
   relation (endpoint names, its keywords or "related to", its description) and one per
   depiction edge leaving an image or region of E_k(q) (region label or image name, "depicts",
@@ -44,6 +46,10 @@ class Record:
     bbox: tuple[float, float, float, float] | None
     score: float | None  # None: not scored (e.g. relations kept with filter="off")
     source: str  # "relation" or "image"
+    # citation (pipeline.citations): pages of the document, and for images and regions the box
+    # on the page (in the image when it is on no page); set after the records are built
+    pages: tuple[int, ...] = ()
+    box: tuple[float, float, float, float] | None = None
 
 
 @dataclass
@@ -77,7 +83,11 @@ def _segment_nodes(view: IndexView, doc_id: str, ordinals) -> list[int]:
 
 
 def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: int,
-                   num_threads: int | None = None) -> list[Evidence]:
+                   num_threads: int | None = None, ranked: list | None = None) -> list[Evidence]:
+    """Stage 6 for every query. `ranked` (``retrieval="graph+chunks"``): per query the text units
+    ``(nodes [n], scores [n])`` already ranked by :func:`.graph_adds.rank_text_units`; the
+    sources are then its first `evidence_k` with those scores, instead of the subgraph's
+    segments and provenance ranked by MaxSim."""
     index, degree = view.index, view.degree
     nq = len(sub.nodes)
     out: list[Evidence] = []
@@ -104,7 +114,11 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
         src_lists.append(np.asarray(sorted(prov), np.int64))
         ent_info.append(ents)
         rel_info.append(rels)
-    src_scores = _score_sources(view, text_q, src_lists)
+    if ranked is not None:  # graph+chunks: candidates and order come from the combined rule
+        src_lists = [np.asarray(u, np.int64) for u, _ in ranked]
+        src_scores = [np.asarray(sc, np.float64) for _, sc in ranked]
+    else:
+        src_scores = _score_sources(view, text_q, src_lists)
     # depiction edges leaving E_k
     ek = [v for v in visual.nodes]
     dep = view.graph.expand([e.tolist() for e in ek], hops=1, direction="out", edge_kinds=DEPICT_KINDS,

@@ -3,7 +3,9 @@
     1 recall     top-Kd documents (text and/or image side, fused)           recall.py
     2 merge      G_m, the alias-merged view of those documents               graph_retrieval.py
     3 seeds      top-Kg entities and relations (and image-linked entities)   graph_retrieval.py
+                 or entities named in the question (graph+chunks)            graph_adds.py
     4 expand     l hops with the relevance filter                            graph_retrieval.py
+                 or graph support and the combined ranking (graph+chunks)    graph_adds.py
     5 visual     X_img(q) and its top-k E_k(q) by MaxSim of C_vis(q)          visual.py
     6 evidence   B(q), R(q), G_e(q), G*(q)                                   evidence.py
     7 context    ranked sections, budgets, prompt; optional generator        context.py
@@ -25,9 +27,12 @@ from ..kg.index import KnowledgeIndex
 from ..kg.vectors import Encoders, crop_to_box, image_text_view, open_image, region_text_view
 from ..packed import pack
 from .config import PipelineConfig, calibrated_threshold
+from .citations import Citer, cite_evidence
 from .context import Answer, Context, build_context, run_generator
 from .cvis import VisualPhrases, extract_visual_phrases
 from .evidence import Evidence, build_evidence, chunk_subgraph, expand_gstar, llm_records
+from .graph_adds import NameSeeds, added_subgraph, focus_evidence, graph_support, name_seeds, rank_text_units, \
+    rerank_visual, seeds_from_names
 from .graph_retrieval import Seeds, Subgraph, TextScorer, expand_filtered, mkg_expand, retrieve_seeds, \
     subgraph_from_expansion
 from .query import Query, as_query, load_image
@@ -49,6 +54,9 @@ class ImageHit:
     bbox: tuple | None
     score: float
     text: str
+    pages: tuple[int, ...] = ()  # citation (pipeline.citations): the pages it is on
+    box: tuple | None = None  # its box on the page (in the image when it is on no page)
+    cite: str = ""  # the citation's label, e.g. "[report.pdf p.2 box (0.10, 0.20, 0.55, 0.60)]"
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -215,11 +223,25 @@ class Pipeline:
         scorer = TextScorer(view, enc["text_vectors"])
         threshold = self.threshold()
         seeds: Seeds | None = None
+        ranked = None  # graph+chunks: per query the text units by the combined rule
+        support = None
         with stage("seeds"):
-            if cfg.retrieval == "graph":
+            if cfg.retrieval == "graph" or (cfg.retrieval == "graph+chunks" and cfg.seeds_by == "descriptions"):
                 seeds = retrieve_seeds(view, scorer, docs, cfg.kg, enc["image"], enc["has_image"], self.num_threads)
+            named = None
+            if cfg.retrieval != "chunks" and cfg.seeds_by != "descriptions":
+                named = name_seeds(view, [q.text for q in qs], enc["text"], docs, cfg.kg, cfg.seeds_by,
+                                   self.encoders.tokens)
+                seeds = seeds_from_names(seeds, named, view, len(qs))
+            elif cfg.retrieval == "graph+chunks":
+                named = NameSeeds.of(seeds)
         with stage("expand"):
-            if cfg.retrieval == "chunks":
+            if cfg.retrieval == "graph+chunks":
+                support = graph_support(view, scorer, named, docs, cfg.hops, filter=cfg.filter, threshold=threshold,
+                                        min_keep=cfg.min_keep, budget=cfg.expansion_budget)
+                ranked = rank_text_units(view, enc["text"], docs, support, cfg.chunks_k, cfg.graph_weight)
+                sub = added_subgraph(view, scorer, ranked, support, named, docs, cfg.chunks_k, cfg.kg)
+            elif cfg.retrieval == "chunks":
                 sub = chunk_subgraph(view, enc["text"], docs, cfg.chunks_k)
             elif cfg.filter == "mkg":
                 sub = mkg_expand(view, scorer, seeds, docs, cfg.hops, threshold, cfg.min_keep)
@@ -235,9 +257,15 @@ class Pipeline:
             else:
                 cands = visual_candidates(view, sub, docs, cfg.all_document_images, self.num_threads)
             visual = rank_visual(view, cands, enc["cvis"], enc["image"], enc["has_image"], self.image_units,
-                                 cfg.visual_ranker, cfg.k, cfg.rrf_k, enc["cvis_used_question"])
+                                 cfg.visual_ranker, cfg.k if support is None else 1 << 30, cfg.rrf_k,
+                                 enc["cvis_used_question"])
+            if support is not None:  # graph+chunks: the images' own score combined with their support
+                visual = rerank_visual(view, visual, support, cfg.k, cfg.graph_weight)
         with stage("evidence"):
-            evidence = build_evidence(view, sub, visual, enc["text"], cfg.evidence_k, self.num_threads)
+            evidence = build_evidence(view, sub, visual, enc["text"], cfg.evidence_k, self.num_threads,
+                                      ranked=None if ranked is None else [(u, sc) for u, sc, _, _ in ranked])
+            if ranked is not None:
+                focus_evidence(evidence, [q.text for q in qs])
             expand_gstar(view, scorer, evidence, docs, rounds=cfg.gstar_rounds, budget=cfg.gstar_budget,
                          filtered=cfg.filter != "off", threshold=threshold, min_keep=cfg.min_keep,
                          num_threads=self.num_threads)
@@ -246,8 +274,11 @@ class Pipeline:
                 for i, q in enumerate(qs):
                     extra, extractor_errors[i] = llm_records(self.record_extractor, q.question, evidence[i], view)
                     evidence[i].records.extend(extra)
+            citer = Citer(self.index)  # document, pages and box of every row and record
+            cite_evidence(citer, evidence)
         with stage("context"):
-            hits = [[self._image_hit(view, v, s) for v, s in zip(visual.nodes[i].tolist(), visual.scores[i].tolist())]
+            hits = [[self._image_hit(view, v, s, citer) for v, s in zip(visual.nodes[i].tolist(),
+                                                                         visual.scores[i].tolist())]
                     for i in range(len(qs))]
             contexts = [build_context(q.question, evidence[i], [self._image_row(h) for h in hits[i]], cfg,
                                       self.image_units) for i, q in enumerate(qs)]
@@ -323,17 +354,20 @@ class Pipeline:
                 "phrases": phrases, "cvis": cvis, "visual_texts": visual_texts,
                 "cvis_used_question": [not p.has_visual_cue and not q.caption.strip() for p, q in zip(phrases, qs)]}
 
-    def _image_hit(self, view: IndexView, node: int, score: float) -> ImageHit:
+    def _image_hit(self, view: IndexView, node: int, score: float, citer: Citer | None = None) -> ImageHit:
         d = self.index.describe_node(node)
         g = self.index.document(d["doc_id"])
         text = image_text_view(g, d["local"]) if d["kind"] == "image" else region_text_view(g, d["local"])
-        return ImageHit(node, d["kind"], d["doc_id"], d["image"], d["name"], d["bbox"], score, text)
+        c = (citer or Citer(self.index)).node(node)
+        return ImageHit(node, d["kind"], d["doc_id"], d["image"], d["name"], d["bbox"], score, text, c.pages, c.box,
+                        c.label())
 
     @staticmethod
     def _image_row(h: ImageHit) -> dict:
         return {"image": h.image, "kind": h.kind, "region": h.name if h.kind == "region" else None,
                 "bbox": None if h.bbox is None else [round(x, 4) for x in h.bbox], "document": h.doc_id,
-                "score": round(h.score, 4), "text_view": h.text}
+                "score": round(h.score, 4), "text_view": h.text, "cite": h.cite, "pages": list(h.pages),
+                "box": None if h.box is None else [round(x, 4) for x in h.box]}
 
     def _hit_images(self, hits: list[ImageHit]) -> list:
         out = []
