@@ -11,11 +11,7 @@ twice the error that plain torch makes doing the same computation in the input d
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import json
 import os
-import pathlib
-import platform
 
 # colpali-engine >= 0.3.18 routes MaxSim through COLPALI_SCORES_BACKEND (read per call). "auto"
 # would first try late-interaction-kernels (a GPU Triton package); pinning "torch" makes the row
@@ -27,14 +23,13 @@ import torch
 import colgraph_engine as cg
 
 from _data import Case, Data, pair_scores_fp64, scores_fp64
+from _harness import CorrectnessError, cpu_model, env, version  # noqa: F401 - re-exported for older callers
 
 CHUNK_DOCS = 64  # documents per step of the plain-torch baselines
 
 BASELINE = "colpali-engine fp32"  # speedups are colpali_ms / impl_ms against this row
 
 
-class CorrectnessError(AssertionError):
-    """An implementation returned a wrong result; it must not be timed."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -52,10 +47,7 @@ def _colpali():
 
 
 def colpali_version() -> str | None:
-    try:
-        return importlib.metadata.version("colpali-engine")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return version("colpali-engine")
 
 
 def impl_names(case: Case) -> list[str]:
@@ -227,42 +219,6 @@ def check(name: str, data: Data, result) -> float:
 # Machine info
 # ------------------------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    """The first ``model name`` of /proc/cpuinfo (Linux), else platform.processor()."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine_info() -> dict:
-    """What the numbers depend on: CPU, cores, library versions, thread counts, backends."""
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": affinity,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_num_threads": torch.get_num_threads(),
-        "colgraph_engine": cg.__version__,
-        "colgraph_backends": cg.backends(),
-        "colpali_engine": colpali_version(),
-        "COLPALI_SCORES_BACKEND": os.environ.get("COLPALI_SCORES_BACKEND"),
-    }
-
-
-def write_report(out, stem: str, text: str, rep: dict) -> pathlib.Path | None:
-    """Writes ``<stem>.md`` (`text`) and ``<stem>.json`` (`rep`) into folder `out` (created),
-    or nothing when `out` is None; returns the folder (for a plot beside them)."""
-    if out is None:
-        return None
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.md").write_text(text)
-    (out / f"{stem}.json").write_text(json.dumps(rep, indent=1) + "\n")
-    return out
+    """``_harness.env()`` plus the colpali-engine version and scoring backend."""
+    return env(colpali_engine=colpali_version(), COLPALI_SCORES_BACKEND=os.environ.get("COLPALI_SCORES_BACKEND"))

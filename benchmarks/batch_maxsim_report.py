@@ -1,71 +1,68 @@
 """Batched vs one-at-a-time native MaxSim on recall-shaped inputs (short questions against many
 short segments), the pipeline's stage-1 workload.
 
-    .venv/bin/python benchmarks/batch_maxsim_report.py [--queries 64] [--repeats 3]
+    .venv/bin/python benchmarks/batch_maxsim_report.py [--queries 64] [--repeats 3] [--quick]
 
-The same kernel scores the same queries two ways in one run: one call for the whole batch (all
-queries' tokens packed into shared 16-lane blocks) and one call per query. Scores are checked
-bit-identical first. Writes results/batch_maxsim.md and .json.
+The same kernel scores the same queries two ways, interleaved in one run: one call for the whole
+batch (all queries' tokens packed into shared 16-lane blocks) and one call per query. Scores
+must be bit-identical before anything is timed. Writes results/batch_maxsim.{md,json}.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
-import platform
-import statistics
-import time
+import sys
 
 import torch
 
-import colgraph_engine as cg
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+import colgraph_engine as cg  # noqa: E402
 
-HERE = pathlib.Path(__file__).parent
+SHAPE = "queries of 12 tokens vs 5,000 segments x 57 tokens, d = 128"
 
 
-def run(n_queries: int, repeats: int, dtype: torch.dtype, segments: int = 5000, seg_len: int = 57,
-        q_len: int = 12, d: int = 128) -> dict:
+def inputs(n_queries: int, dtype: torch.dtype, segments: int = 5000, seg_len: int = 57, q_len: int = 12, d: int = 128):
+    """``(queries [n_queries x [q_len, d]], packed segments [segments*seg_len, d], offsets)``."""
     g = torch.Generator().manual_seed(0)
     x = torch.nn.functional.normalize(torch.randn(segments * seg_len, d, generator=g), dim=1).to(dtype)
-    xo = torch.arange(0, segments * seg_len + 1, seg_len)
     qs = [torch.nn.functional.normalize(torch.randn(q_len, d, generator=g), dim=1).to(dtype) for _ in range(n_queries)]
+    return qs, x, torch.arange(0, segments * seg_len + 1, seg_len)
+
+
+def batch(a):
+    qs, x, xo = a
     qv, qo = cg.pack(qs)
-    batch = lambda: cg.maxsim(qv, qo, x, xo, backend="native")  # noqa: E731
-    singles = lambda: torch.cat([cg.maxsim(*cg.pack([q]), x, xo, backend="native") for q in qs])  # noqa: E731
-    same = torch.equal(batch(), singles())
-    tb, ts = [], []
-    for _ in range(repeats):
-        t = time.perf_counter(); batch(); tb.append(time.perf_counter() - t)  # noqa: E702
-        t = time.perf_counter(); singles(); ts.append(time.perf_counter() - t)  # noqa: E702
-    b, s = statistics.median(tb), statistics.median(ts)
-    return {"dtype": str(dtype).replace("torch.", ""), "queries": n_queries, "bit_identical": same,
-            "batch_ms_per_query": b / n_queries * 1e3, "single_ms_per_query": s / n_queries * 1e3, "ratio": s / b}
+    return lambda: cg.maxsim(qv, qo, x, xo, backend="native")
+
+
+def singles(a):
+    qs, x, xo = a
+    return lambda: torch.cat([cg.maxsim(*cg.pack([q]), x, xo, backend="native") for q in qs])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--queries", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    args = ap.parse_args(argv)
-    rows = [run(args.queries, args.repeats, dt) for dt in (torch.float32, torch.bfloat16)]
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.machine()) if pathlib.Path("/proc/cpuinfo").exists() else platform.machine()
-    info = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": f"{cpu}, {torch.get_num_threads()} threads",
-            "isa": cg.backends().get("cpu_isa_float32"),
-            "shape": "queries of 12 tokens vs 5,000 segments x 57 tokens, d = 128"}
-    lines = ["# Batched vs one-at-a-time native MaxSim (recall-shaped)", "",
-             f"{info['date']} · {info['cpu']} · {info['shape']} · median of {args.repeats} · "
-             "`benchmarks/batch_maxsim_report.py`", "",
-             "| dtype | queries | batch ms/query | one at a time ms/query | ratio | bit-identical |",
-             "|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['dtype']} | {r['queries']} | {r['batch_ms_per_query']:.2f} | {r['single_ms_per_query']:.2f} | "
-              f"{r['ratio']:.2f}x | {r['bit_identical']} |" for r in rows]
-    args.out.mkdir(exist_ok=True)
-    (args.out / "batch_maxsim.md").write_text("\n".join(lines) + "\n")
-    (args.out / "batch_maxsim.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
-    print("\n".join(lines))
-    return 0 if all(r["bit_identical"] for r in rows) else 1
+    p = h.parser(__doc__)
+    p.add_argument("--queries", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    nq, reps = (8, 1) if args.quick else (args.queries, args.repeats)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    rows = h.compare({k: (lambda dt=dt: inputs(nq, dt)) for k, dt in dtypes.items()},
+                     {"batch": batch, "one at a time": singles},
+                     reference=lambda a: singles(a)(), check=h.equal, baseline="one at a time", repeats=reps)
+    by = {(r["workload"], r["impl"]): r for r in rows}
+    table = [{"dtype": k, "queries": nq, "bit_identical": True,
+              "batch_ms_per_query": by[k, "batch"]["ms_median"] / nq,
+              "single_ms_per_query": by[k, "one at a time"]["ms_median"] / nq,
+              "ratio": by[k, "batch"]["ratio"]} for k in dtypes]
+    body = [f"{SHAPE} · median of {reps} interleaved · scores checked bit-identical before timing", "",
+            *h.table([("dtype", "dtype"), ("queries:", "queries"),
+                      ("batch ms/query:", lambda r: f"{r['batch_ms_per_query']:.2f}"),
+                      ("one at a time ms/query:", lambda r: f"{r['single_ms_per_query']:.2f}"),
+                      ("ratio:", lambda r: f"{r['ratio']:.2f}x"), ("bit-identical", "bit_identical")], table)]
+    h.write(h.stem("batch_maxsim", args), "Batched vs one-at-a-time native MaxSim (recall-shaped)", body,
+            {"shape": SHAPE, "isa": cg.backends().get("cpu_isa_float32"), "rows": table, "timings": rows}, args.out)
+    return 0
 
 
 if __name__ == "__main__":

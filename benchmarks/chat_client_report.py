@@ -22,9 +22,6 @@ Writes ``results/chat_client.md`` and ``.json`` beside this file (or under ``--o
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import pathlib
 import statistics
 import sys
@@ -33,7 +30,9 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
 
+import _harness as h  # noqa: E402
 from chat_standin import Reply, chat_standin  # noqa: E402
 
 from colgraph_engine.ingest import prompts  # noqa: E402
@@ -69,13 +68,14 @@ def run_peer(url: str, extractor: LLMExtractor, texts: list[str]) -> list[str]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    ap = h.parser(__doc__)
     ap.add_argument("--texts", type=int, default=48)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.texts, args.repeats = 8, 1
     texts = [f"Passage about a team working at site {i}" for i in range(args.texts)]
     n_requests = 2 * args.texts
     rows = []
@@ -91,7 +91,7 @@ def main() -> None:
                 server.max_in_flight = 0
                 t0 = time.perf_counter()
                 outputs, extra = fn()
-                seconds.append(time.perf_counter() - t0)
+                seconds.append(time.perf_counter() - t0)  # every call checked (outputs, requests) below
                 sent = server.count - before
                 if sent != want_requests:
                     raise SystemExit(f"{name}: expected {want_requests} requests, the server saw {sent}")
@@ -125,24 +125,18 @@ def main() -> None:
                 outs = [o.text for o in LLMExtractor(client, gleaning=1).extract_many(texts)]
                 return outs, {"cache_hits": client.stats.cache_hits}
             timed("ours: rerun on a warm cache, new client", 4, warm, 0)
-    peer = rows[0]["seconds"]
     for r in rows:
-        r["passages_per_s"] = args.texts / r["seconds"]
-        r["ratio_vs_peer"] = peer / r["seconds"]
-    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "texts": args.texts,
-            "delay_s": args.delay, "repeats": args.repeats, "requests_per_text": 2,
-            "command": " ".join(["benchmarks/chat_client_report.py", *sys.argv[1:]])}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "chat_client.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    lines = [f"# Chat client: {args.texts} passages x 2 calls, {args.delay * 1000:.0f} ms per reply (loopback stand-in)",
-             "", f"{meta['date']}, median of {args.repeats}; `{meta['command']}`", "",
-             "| row | wall s | requests | max in flight | passages/s | speed vs peer |", "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['row']} | {r['seconds']:.3f} | {r['requests']} | {r['max_in_flight']} | "
-                     f"{r['passages_per_s']:.1f} | {r['ratio_vs_peer']:.2f}x |")
-    (args.out / "chat_client.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        r["impl"], r["group"], r["passages_per_s"] = r["row"], 0, args.texts / r["seconds"]
+    h.add_ratios(rows, rows[0]["row"], key="seconds", field="ratio_vs_peer", group="group")
+    body = [f"Median of {args.repeats}; every run's outputs equal the peer's, its requests and in-flight count checked.", "",
+            *h.table([("row", "row"), ("wall s:", lambda r: f"{r['seconds']:.3f}"), ("requests:", "requests"),
+                      ("max in flight:", "max_in_flight"), ("passages/s:", lambda r: f"{r['passages_per_s']:.1f}"),
+                      ("speed vs peer:", lambda r: f"{r['ratio_vs_peer']:.2f}x")], rows)]
+    meta = {"texts": args.texts, "delay_s": args.delay, "repeats": args.repeats, "requests_per_text": 2}
+    h.write(h.stem("chat_client", args), f"Chat client: {args.texts} passages x 2 calls, {args.delay * 1000:.0f} ms "
+            "per reply (loopback stand-in)", body, {"meta": meta, "rows": rows}, args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -26,20 +26,14 @@ one call exceeds ``--max-row-s``); the median per query is reported, speedup = s
 ms. Note ours also returns hop, seed, parent, parent edge, score and the induced edges, which no
 peer computes.
 
+``--quick``: 100,000 nodes / 500,000 edges, 16 queries, 2 calls, no NetworkX (``graph_expand_quick.*``).
 Writes ``results/graph_expand.md``, ``.json`` and ``.png`` beside this file (or under ``--out``).
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import functools
 import gc
-import importlib.metadata
-import json
-import os
 import pathlib
-import platform
-import statistics
 import sys
 import time
 
@@ -49,6 +43,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import _graph_impls as gi  # noqa: E402
+import _harness as h  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 BASELINE = "scipy CSR frontier"
@@ -65,7 +60,7 @@ UNFILTERED_ROWS = (BASELINE, "ours native batched", NO_EDGES, "python-igraph nei
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = h.parser(__doc__)
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--edges", type=int, default=5_000_000)
     p.add_argument("--queries", type=int, default=64)
@@ -77,8 +72,10 @@ def parse_args(argv=None):
     p.add_argument("--slow-queries", type=int, default=8, help="queries run by the NetworkX row")
     p.add_argument("--skip-networkx", action="store_true", help="skip the NetworkX build and row")
     p.add_argument("--skip-reference", action="store_true", help="skip the numpy reference backend row")
-    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.nodes, args.edges, args.queries, args.repeats, args.skip_networkx = 100_000, 500_000, 16, 2, True
+    return args
 
 
 # ------------------------------------------------------------------------------------------
@@ -115,45 +112,12 @@ def measured_build(fn):
     return obj, secs, rss() - before
 
 
-def time_calls(fn, repeats: int, max_s: float) -> list[float]:
-    """Seconds of up to `repeats` calls of `fn` (already warmed by the correctness pass); stops
-    early after a call longer than `max_s` so slow peers do not dominate the runtime."""
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-        if out[-1] > max_s:
-            break
-    return out
-
-
-def version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def machine_info() -> dict:
-    """CPU, cores, load, library versions and the thread count our batched call uses."""
+    """``_harness.env()`` plus the peers' versions and the thread count our batched call uses."""
     import colgraph_engine as cg
     from colgraph_engine.ops._native_impl import num_threads
-    from _impls import cpu_model
-    return {
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "loadavg_start": os.getloadavg(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": version("scipy"),
-        "python-igraph": version("igraph"),
-        "networkx": version("networkx"),
-        "colgraph_engine": cg.__version__,
-        "igraph_c_in_colgraph": cg.backends().get("igraph_version"),
-        "colgraph_num_threads": num_threads(),
-    }
+    return h.env(scipy=h.version("scipy"), **{"python-igraph": h.version("igraph")}, networkx=h.version("networkx"),
+                 igraph_c_in_colgraph=cg.backends().get("igraph_version"), colgraph_num_threads=num_threads())
 
 
 # ------------------------------------------------------------------------------------------
@@ -282,22 +246,25 @@ def check_depth(fns: dict, hops: int, q: gi.Queries) -> dict:
 
 
 def run_depth(built: dict, q: gi.Queries, hops: int, args) -> list[dict]:
-    """Checks then times every row at depth `hops`."""
+    """Checks then times every row at depth `hops`, interleaved (``_harness.paired``)."""
     fns = row_fns(built, q, hops, args.skip_reference)
-    raw = check_depth(fns, hops, q)
+    raw = check_depth(fns, hops, q)  # also every row's warmup call
     induced = {mode: float(np.diff(raw[(mode, "ours native batched")].edge_offsets).mean())
                for mode in ("filtered", "unfiltered")}
+    secs = h.paired(fns, args.repeats, warmup=0, max_s=args.max_row_s)
     rows = []
-    for (mode, name), fn in tqdm(fns.items(), desc=f"l={hops} time", unit="row", leave=False):
-        secs = time_calls(fn, args.repeats, args.max_row_s)
+    for (mode, name), s_all in secs.items():
         reached = [len(s) for s in reached_sets(raw[(mode, BASELINE if name in FLOOR_ROWS else name)])]
-        rows.append({"mode": mode, "impl": name, "hops": hops, "queries": q.nq, "rounds": len(secs),
-                     "ms_per_query": statistics.median(secs) * 1e3 / q.nq,
-                     "ms_per_query_min": min(secs) * 1e3 / q.nq, "s_all": secs,
-                     "reached_mean": float(np.mean(reached)), "reached_max": int(np.max(reached)),
-                     "induced_edges_mean_ours": induced[mode]})
+        rows.append(row(mode, name, hops, q.nq, s_all, reached, induced_edges_mean_ours=induced[mode]))
     del raw
     return rows
+
+
+def row(mode, name, hops, nq, s_all, reached, **extra) -> dict:
+    t = h.stats(s_all)
+    return {"mode": mode, "impl": name, "hops": hops, "queries": nq, "rounds": len(s_all), "s_all": s_all,
+            "ms_per_query": t["ms_median"] / nq, "ms_per_query_min": t["ms_min"] / nq,
+            "reached_mean": float(np.mean(reached)), "reached_max": int(np.max(reached)), **extra}
 
 
 def run_networkx(g: gi.GraphArrays, q: gi.Queries, built: dict, hops_list: list[int], args) -> tuple[dict, list[dict]]:
@@ -319,23 +286,11 @@ def run_networkx(g: gi.GraphArrays, q: gi.Queries, built: dict, hops_list: list[
             gi.check_same_sets("NetworkX (filtered)", got, sc.expand(q, hops, nq=k), f"{BASELINE} (filtered)")
         except gi.CorrectnessError as exc:
             fail(f"l={hops}: {exc}")
-        more = time_calls(fn, args.repeats - 1, args.max_row_s) if first < args.max_row_s else []
-        s_all = [first, *more]
-        rows.append({"mode": "filtered", "impl": "NetworkX Python BFS", "hops": hops, "queries": k,
-                     "rounds": len(s_all), "ms_per_query": statistics.median(s_all) * 1e3 / k,
-                     "ms_per_query_min": min(s_all) * 1e3 / k, "s_all": s_all,
-                     "reached_mean": float(np.mean([len(x) for x in got])),
-                     "reached_max": int(max(len(x) for x in got))})
+        more = h.time_calls(fn, args.repeats - 1, warmup=0, max_s=args.max_row_s) if first < args.max_row_s else []
+        rows.append(row("filtered", "NetworkX Python BFS", hops, k, [first, *more], [len(x) for x in got]))
     del G
     gc.collect()
     return build_row, rows
-
-
-def add_speedups(rows: list[dict]) -> None:
-    """``speedup_vs_scipy = scipy ms/query / row ms/query`` within the same mode and depth."""
-    base = {(r["mode"], r["hops"]): r["ms_per_query"] for r in rows if r["impl"] == BASELINE}
-    for r in rows:
-        r["speedup_vs_scipy"] = base[(r["mode"], r["hops"])] / r["ms_per_query"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -348,60 +303,46 @@ def _fmt_ms(ms: float) -> str:
 
 def timing_table(rows: list[dict], hops_list: list[int]) -> list[str]:
     """Wide table: one line per (mode, implementation), ``ms/query (speedup)`` per depth."""
-    head = "| mode | implementation | queries timed | " + " | ".join(f"l={h} ms/query (× scipy)" for h in hops_list) + " |"
-    lines = [head, "|---|---|---:|" + "---:|" * len(hops_list)]
     by = {(r["mode"], r["impl"], r["hops"]): r for r in rows}
-    for mode, names in (("filtered", FILTERED_ROWS), ("unfiltered", UNFILTERED_ROWS)):
-        for name in names:
-            cells = [by.get((mode, name, h)) for h in hops_list]
-            if not any(cells):
-                continue
-            nq = next(c["queries"] for c in cells if c)
-            txt = [f"{_fmt_ms(c['ms_per_query'])} ({c['speedup_vs_scipy']:.2f}×)" if c else "—" for c in cells]
-            lines.append(f"| {mode} | {name} | {nq} | " + " | ".join(txt) + " |")
-    return lines
+    lines = [{"mode": mode, "impl": name, "cells": cells, "nq": next(c["queries"] for c in cells if c)}
+             for mode, names in (("filtered", FILTERED_ROWS), ("unfiltered", UNFILTERED_ROWS)) for name in names
+             for cells in [[by.get((mode, name, x)) for x in hops_list]] if any(cells)]
+    cell = lambda c: f"{_fmt_ms(c['ms_per_query'])} ({c['speedup_vs_scipy']:.2f}×)" if c else "—"  # noqa: E731
+    return h.table([("mode", "mode"), ("implementation", "impl"), ("queries timed:", "nq")]
+                   + [(f"l={x} ms/query (× scipy):", lambda r, i=i: cell(r["cells"][i])) for i, x in enumerate(hops_list)],
+                   lines)
 
 
 def reach_table(rows: list[dict], hops_list: list[int]) -> list[str]:
     """Mean reached nodes (and our induced edges) per query, per mode and depth."""
-    lines = ["| mode | " + " | ".join(f"l={h} nodes (max) / induced edges" for h in hops_list) + " |",
-             "|---|" + "---:|" * len(hops_list)]
-    for mode in ("filtered", "unfiltered"):
-        cells = []
-        for h in hops_list:
-            r = next(r for r in rows if r["mode"] == mode and r["hops"] == h and r["impl"] == "ours native batched")
-            cells.append(f"{r['reached_mean']:,.0f} ({r['reached_max']:,}) / {r['induced_edges_mean_ours']:,.0f}")
-        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
-    return lines
+    by = {(r["mode"], r["hops"]): r for r in rows if r["impl"] == "ours native batched"}
+    cell = lambda r: f"{r['reached_mean']:,.0f} ({r['reached_max']:,}) / {r['induced_edges_mean_ours']:,.0f}"  # noqa: E731
+    return h.table([("mode", "mode")] + [(f"l={x} nodes (max) / induced edges:", lambda m, x=x: cell(by[(m["mode"], x)]))
+                                         for x in hops_list], [{"mode": "filtered"}, {"mode": "unfiltered"}])
 
 
 def build_table(build_rows: list[dict]) -> list[str]:
-    lines = ["| structure | build s | bytes/edge (arrays) | bytes/edge (RSS delta) |", "|---|---:|---:|---:|"]
-    for b in build_rows:
-        arr = f"{b['bytes_per_edge']:.2f}" if "bytes_per_edge" in b else "—"
-        lines.append(f"| {b['structure']} | {b['build_s']:.2f} | {arr} | {b['rss_bytes_per_edge']:.1f} |")
-    return lines
+    return h.table([("structure", "structure"), ("build s:", lambda b: f"{b['build_s']:.2f}"),
+                    ("bytes/edge (arrays):", lambda b: h.fmt(b.get("bytes_per_edge"))),
+                    ("bytes/edge (RSS delta):", lambda b: f"{b['rss_bytes_per_edge']:.1f}")], build_rows)
 
 
-def to_markdown(res: dict) -> str:
+def to_markdown(res: dict) -> list[str]:
+    """The report's body (the harness adds title and environment header)."""
     info, cfg, hops_list = res["machine"], res["config"], res["config"]["hops"]
     deg = res["degree"]
     lines = [
-        f"# Graph expansion benchmark ({res['stamp']})", "",
-        f"- CPU: {info['cpu_model']} ({info['cpu_count']} logical cores, {info['cpus_usable']} usable); "
-        f"load average at start {info['loadavg_start'][0]:.2f}, at end {info['loadavg_end'][0]:.2f}",
-        f"- python {info['python']}, numpy {info['numpy']}, scipy {info['scipy']}, python-igraph "
-        f"{info['python-igraph']}, networkx {info['networkx']}; colgraph_engine {info['colgraph_engine']} "
-        f"(igraph C {info['igraph_c_in_colgraph']}, {info['colgraph_num_threads']} threads)",
+        f"- peers: scipy {info['scipy']}, python-igraph {info['python-igraph']}, networkx {info['networkx']}; "
+        f"igraph C {info['igraph_c_in_colgraph']} in colgraph_engine, {info['colgraph_num_threads']} threads",
         f"- graph: {cfg['nodes']:,} nodes, {cfg['edges']:,} directed edges, endpoints ∝ (rank+1)^-{cfg['alpha']}; "
         f"undirected degree max {deg['max']:,}, mean {deg['mean']:.1f}, median {deg['median']:.0f}, "
         f"p99 {deg['p99']:.0f}, isolated {deg['isolated_share']:.1%}",
         f"- queries: {cfg['queries']} × {cfg['seeds']} seeds; scores uniform [0, 1) float32, keep score > "
         f"{cfg['threshold']} (30% pass), min_keep = 0, direction both",
-        f"- command: `{cfg['command']}`; total runtime {res['total_s']:.0f} s", "",
+        f"- total runtime {res['total_s']:.0f} s", "",
         "## Expansion time", "",
         "Median of up to "
-        f"{cfg['repeats']} calls after a checked warmup call; ms per query = call time / queries. "
+        f"{cfg['repeats']} interleaved calls after a checked warmup call; ms per query = call time / queries. "
         "Speedup = scipy ms / row ms in the same mode and depth (> 1: faster than scipy). "
         "Batched = all queries in one call; 1 query/call = a Python loop of single-query calls. "
         "Ours returns per node hop, seed, parent, parent edge and score plus (by default) the "
@@ -421,48 +362,15 @@ def to_markdown(res: dict) -> str:
         "data + indices + indptr (float32 data, int32 indices, both directions, multi-edges merged) / m. "
         "RSS delta: process resident memory after − before the build (GC'd) / m, m = "
         f"{cfg['edges']:,}.", "",
-        *build_table(res["builds"]), "",
+        *build_table(res["builds"]),
     ]
-    return "\n".join(lines)
+    return lines
 
 
-def plot(res: dict, path: pathlib.Path) -> None:
-    """Two panels (filtered, unfiltered): grouped bars per depth l, log-scale ms per query."""
-    import matplotlib
-    matplotlib.use("Agg")  # headless
-    import matplotlib.pyplot as plt
-
-    hops_list = res["config"]["hops"]
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [5, 3]})
-    for ax, (mode, names) in zip(axes, (("filtered", FILTERED_ROWS), ("unfiltered", UNFILTERED_ROWS))):
-        ms = {(r["impl"], r["hops"]): r["ms_per_query"] for r in res["rows"] if r["mode"] == mode}
-        names = [n for n in names if any((n, h) in ms for h in hops_list)]
-        width = 0.8 / len(names)
-        for j, name in enumerate(names):
-            xs = [i + (j - (len(names) - 1) / 2) * width for i, h in enumerate(hops_list) if (name, h) in ms]
-            ys = [ms[(name, h)] for h in hops_list if (name, h) in ms]
-            bars = ax.bar(xs, ys, width, label=name)
-            ax.bar_label(bars, labels=[_fmt_ms(y) for y in ys], fontsize=7, rotation=90, padding=2)
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(hops_list)), [f"l = {h}" for h in hops_list])
-        ax.set_ylabel("ms per query (log)")
-        ax.set_title(f"{mode} expansion")
-        ax.margins(y=0.25)
-        ax.legend(fontsize=8, loc="upper left")
-    cfg, info = res["config"], res["machine"]
-    fig.suptitle(f"Graph expansion, {cfg['nodes']:,} nodes / {cfg['edges']:,} edges, {cfg['queries']} queries × "
-                 f"{cfg['seeds']} seeds — {info['cpu_model']}, {info['cpus_usable']} cores")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-# ------------------------------------------------------------------------------------------
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def run(args) -> dict:
+    """Generates the graph and queries, builds every structure, checks and times every row."""
     t_start = time.perf_counter()
-    hops_list = [int(h) for h in args.hops.split(",")]
+    hops_list = [int(x) for x in args.hops.split(",")]
     info = machine_info()
     print(f"generating {args.nodes:,} nodes / {args.edges:,} edges ...", flush=True)
     g = gi.power_law_graph(args.nodes, args.edges, args.alpha)
@@ -476,20 +384,47 @@ def main(argv=None) -> int:
         nx_build, nx_rows = run_networkx(g, q, built, hops_list, args)
         builds.append(nx_build)
         rows += nx_rows
-    add_speedups(rows)
-    info["loadavg_end"] = os.getloadavg()
+    for r in rows:
+        r["group"] = (r["mode"], r["hops"])
+    h.add_ratios(rows, BASELINE, key="ms_per_query", field="speedup_vs_scipy", group="group")
     cfg = {"nodes": g.n, "edges": g.m, "alpha": args.alpha, "queries": q.nq, "seeds": args.seeds,
-           "threshold": float(q.threshold), "hops": hops_list, "repeats": args.repeats,
-           "slow_queries": args.slow_queries, "command": " ".join([".venv/bin/python benchmarks/graph_report.py", *sys.argv[1:]])}
-    res = {"stamp": datetime.datetime.now().isoformat(timespec="seconds"), "machine": info, "config": cfg,
-           "degree": degree, "builds": builds, "rows": rows, "total_s": time.perf_counter() - t_start}
-    args.out.mkdir(parents=True, exist_ok=True)
-    md = to_markdown(res)
-    (args.out / "graph_expand.md").write_text(md)
-    (args.out / "graph_expand.json").write_text(json.dumps(res, indent=1))
-    plot(res, args.out / "graph_expand.png")
-    print(md)
-    print(f"wrote {args.out / 'graph_expand.md'}, .json, .png")
+           "threshold": float(q.threshold), "hops": hops_list, "repeats": args.repeats, "slow_queries": args.slow_queries}
+    for r in rows:
+        del r["group"]
+    return {"machine": info, "config": cfg, "degree": degree, "builds": builds, "rows": rows,
+            "total_s": time.perf_counter() - t_start}
+
+
+def headline(quick: bool = True) -> h.Headline:
+    """Filtered BFS, l = 2, all queries in one call vs scipy's CSR frontier (headline suite)."""
+    args = parse_args(["--quick", "--hops", "2", "--skip-reference"] if quick else
+                      ["--nodes", "300000", "--edges", "1500000", "--queries", "32", "--hops", "2",
+                       "--skip-reference", "--skip-networkx"])
+    res = run(args)
+    by = {(r["mode"], r["impl"]): r for r in res["rows"] if r["hops"] == 2}
+    # the node sets alone, as scipy returns them (with the induced edges: the detail column)
+    ours, peer = by.get(("filtered", NO_EDGES), by[("filtered", "ours native batched")]), by[("filtered", BASELINE)]
+    full = by[("filtered", "ours native batched")]
+    return h.Headline(f"BFS l=2 filtered, {args.nodes:,} nodes / {args.edges:,} edges, {args.queries} queries batched",
+                      f"{ours['ms_per_query']:.2f} ms/query", f"scipy CSR {peer['ms_per_query']:.2f} ms/query",
+                      ours["speedup_vs_scipy"], f"scipy ms / ours ms, node sets only ({ours['impl']}); with the "
+                      f"induced edges and per-node hop/parent/score: {full['speedup_vs_scipy']:.2f}×")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    res = run(args)
+    stem = h.stem("graph_expand", args)
+    out = h.write(stem, "Graph expansion benchmark", to_markdown(res), res, args.out, e=res["machine"])
+    if out is not None:
+        series: dict = {}
+        for r in res["rows"]:
+            series.setdefault(r["impl"], {})[f"{r['mode']} l={r['hops']}"] = r["ms_per_query"]
+        groups = [f"{m} l={x}" for m in ("filtered", "unfiltered") for x in res["config"]["hops"]]
+        cfg = res["config"]
+        h.bar_plot(out / f"{stem}.png", groups, series, ylabel="ms per query (log)", labels="{:.3g}",
+                   title=f"Graph expansion, {cfg['nodes']:,} nodes / {cfg['edges']:,} edges, {cfg['queries']} "
+                         f"queries × {cfg['seeds']} seeds — {res['machine']['cpu_model']}")
     return 0
 
 

@@ -37,7 +37,6 @@ Writes ``results/index_growth.md``, ``.json`` and ``.png`` beside this file (``-
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -54,10 +53,9 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+import _harness as h  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex, build_document_graph, encode_document  # noqa: E402
-from pipeline_report import machine_info, make_document, shared_names  # noqa: E402
-
-MACHINE = "2-core AMD EPYC (shared with other work)"
+from pipeline_report import make_document, shared_names  # noqa: E402
 
 
 def prepared(numbers, shared, enc):
@@ -136,15 +134,11 @@ def folder_bytes(path: pathlib.Path) -> int:
 
 
 def summary(times: list[float]) -> dict:
-    return {"median_ms": 1e3 * statistics.median(times), "p90_ms": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))],
-            "n": len(times)}
+    return {"median_ms": 1e3 * statistics.median(times), "p90_ms": 1e3 * h.percentile(times, 90), "n": len(times)}
 
 
-def to_markdown(rep: dict) -> str:
-    lines = [f"# Index growth: add one document to a {rep['documents']:,}-document index", "",
-             f"Machine: {rep['machine']} ({rep['info'].get('cpu_model')}); commit {rep['info'].get('git_commit', '')[:10]}. "
-             f"Command: `{rep['command']}`.", "",
-             f"Index: {rep['counts']['nodes']:,} nodes, {rep['counts']['edges']:,} edges, "
+def to_markdown(rep: dict) -> list[str]:
+    lines = [f"Index: {rep['counts']['nodes']:,} nodes, {rep['counts']['edges']:,} edges, "
              f"{rep['vector_bytes'] / 2**20:,.0f} MiB of vectors (fp32).", "",
              "| index | in place median (p90) | re-assembly median (p90) | ratio |", "|---|---|---|---|"]
     for kind in ("memory", "directory"):
@@ -166,35 +160,14 @@ def to_markdown(rep: dict) -> str:
                      f"{o['rss_assembled'] / 2**20:,.0f} MiB | {rep['parts_bytes'] / 2**20:,.0f} / "
                      f"{o['graph_native_bytes'] / 2**20:,.0f} MiB | {o['rss_assembled'] / own:.2f}x |")
     lines += ["", f"Vectors ({rep['vector_bytes'] / 2**20:,.0f} MiB) are memory-mapped: reading them whole, as "
-                  f"format 1 did, would add at least that much.", ""]
-    return "\n".join(lines)
-
-
-def plot(rep: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    kinds = ["memory", "directory"]
-    x = range(len(kinds))
-    ax.bar([i - 0.2 for i in x], [rep["add"][k]["in_place"]["median_ms"] for k in kinds], 0.4, label="in place")
-    ax.bar([i + 0.2 for i in x], [rep["add"][k]["reassembly"]["median_ms"] for k in kinds], 0.4, label="re-assembly")
-    ax.set_xticks(list(x), kinds)
-    ax.set_yscale("log")
-    ax.set_ylabel("add one document, median ms")
-    ax.set_title(f"{rep['documents']:,} documents, {rep['machine']}", fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                  f"format 1 did, would add at least that much."]
+    return lines
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = h.parser(__doc__, out=None)  # --quick: 200 documents, 5 adds
     ap.add_argument("--documents", type=int, default=10_000)
     ap.add_argument("--adds", type=int, default=20, help="timed adds per kind")
-    ap.add_argument("--quick", action="store_true", help="200 documents, 5 adds: a smoke test")
-    ap.add_argument("--out", type=pathlib.Path, default=None)
     args = ap.parse_args(argv)
     if args.quick:
         args.documents, args.adds = 200, 5
@@ -211,8 +184,8 @@ def main(argv=None) -> int:
             idx.add_documents([make_document(i, shared) for i in range(lo, min(n, lo + chunk))])
         extra = prepared(range(n, n + 4 * args.adds), shared, enc)
         batches = [extra[k * args.adds:(k + 1) * args.adds] for k in range(4)]
-        rep = {"documents": n, "machine": MACHINE, "info": machine_info(), "command": " ".join(["python"] + sys.argv),
-               "counts": idx.counts, "vector_bytes": sum(st.values.numel() * st.values.element_size()
+        e = h.env()
+        rep = {"documents": n, "counts": idx.counts, "vector_bytes": sum(st.values.numel() * st.values.element_size()
                                                           for st in idx.stores.values()), "add": {}}
         rep["add"]["memory"] = {"in_place": summary(time_adds(idx, batches[0], in_place=True)),
                                 "reassembly": summary(time_adds(idx, batches[1], in_place=False))}
@@ -238,14 +211,13 @@ def main(argv=None) -> int:
         rep["manifest_bytes"] = (path / "manifest.json").stat().st_size
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    md = to_markdown(rep)
-    print(md)
+    stem = h.stem("index_growth", args)
+    out = h.write(stem, f"Index growth: add one document to a {n:,}-document index", to_markdown(rep), rep, out, e=e)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        stem = "index_growth_quick" if args.quick else "index_growth"
-        (out / f"{stem}.md").write_text(md)
-        (out / f"{stem}.json").write_text(json.dumps(rep, indent=1, default=str))
-        plot(rep, out / f"{stem}.png")
+        kinds = ["memory", "directory"]
+        h.bar_plot(out / f"{stem}.png", kinds, {label: {k: rep["add"][k][key]["median_ms"] for k in kinds}
+                                                for label, key in (("in place", "in_place"), ("re-assembly", "reassembly"))},
+                   ylabel="add one document, median ms", title=f"{n:,} documents, {e['cpu_model']}", labels="{:.1f}")
     return 0
 
 

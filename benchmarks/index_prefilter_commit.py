@@ -29,9 +29,6 @@ Writes ``results/index_prefilter_commit.{md,json,png}`` (``--quick``: only with 
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import os
 import pathlib
 import shutil
 import statistics
@@ -41,9 +38,11 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 from tqdm import tqdm  # noqa: E402
 
+import _harness as h  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex  # noqa: E402
 from tests.test_kg_index_growth import city_doc  # noqa: E402
 
@@ -126,11 +125,8 @@ def run_size(n: int, adds: int, enc: Encoders, tmp: pathlib.Path) -> dict:
             "open_s": {"pieces": open_pieces, "whole": open_whole}, "lanes": rows}
 
 
-def to_markdown(rep: dict) -> str:
-    load = rep["load_after"]
-    lines = [f"# Commit cost of a carried prefilter: appended pieces vs the whole folder ({rep['date']})", "",
-             f"Command: `{rep['command']}`. Machine: {rep['machine']} (shared); load average after the run "
-             f"{load[0]:.1f}. Corpus: the tests' offline city documents (one 22-token segment each); "
+def to_markdown(rep: dict) -> list[str]:
+    lines = [f"Corpus: the tests' offline city documents (one 22-token segment each); "
              f"`enable_prefilter()` defaults (segment store, nbits 2). {rep['adds']} adds per lane and size, "
              "the lanes in turn; medians. Bytes are counted from the files each commit wrote (new or replaced "
              "files whole, appended files their growth).", "",
@@ -163,14 +159,16 @@ def to_markdown(rep: dict) -> str:
               "grows with the store in the pieces lane is in memory: PrefilterIndex.add concatenates the codes "
               "and derives the inverted lists over every token. Open after the adds: "
               + ", ".join(f"{s['documents']:,} documents {s['open_s']['pieces'] * 1000:.0f} ms with pieces vs "
-                          f"{s['open_s']['whole'] * 1000:.0f} ms whole" for s in rep["sizes"]) + ".", ""]
-    return "\n".join(lines)
+                          f"{s['open_s']['whole'] * 1000:.0f} ms whole" for s in rep["sizes"]) + "."]
+    return lines
 
 
 def plot(rep: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Commit time and prefilter bytes per add against the index size, one line per lane."""
+    plt, note = h.matplotlib_or_note()
+    if plt is None:
+        print(note)
+        return
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     xs = [s["documents"] for s in rep["sizes"]]
     for lane, style, color in zip(LANES, ("o:", "o-", "s--"), ("tab:gray", "tab:blue", "tab:orange")):
@@ -191,30 +189,22 @@ def plot(rep: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__, out=None)
     ap.add_argument("--sizes", default="500,1000,2000,4000")
     ap.add_argument("--adds", type=int, default=30)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     sizes, adds = ([200, 400], 6) if args.quick else ([int(x) for x in args.sizes.split(",")], args.adds)
     enc = Encoders.offline()
+    e = h.env()
     tmp = pathlib.Path(tempfile.mkdtemp())
     t0 = time.perf_counter()
     try:
         results = [run_size(n, adds, enc, tmp) for n in tqdm(sizes, desc="sizes", unit="size")]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    from _impls import cpu_model, write_report
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": f"{cpu_model()}, {len(os.sched_getaffinity(0))} usable cores", "adds": adds,
-           "sizes": results, "total_s": time.perf_counter() - t0, "load_after": os.getloadavg(),
-           "command": "python benchmarks/index_prefilter_commit.py" + (" --quick" if args.quick else "")
-           + (f" --sizes {args.sizes}" if args.sizes != "500,1000,2000,4000" and not args.quick else "")
-           + (f" --adds {args.adds}" if args.adds != 30 and not args.quick else "")}
-    text = to_markdown(rep)
-    print(text)
-    out = write_report(args.out or (None if args.quick else HERE / "results"), "index_prefilter_commit", text, rep)
+    rep = {"adds": adds, "sizes": results, "total_s": time.perf_counter() - t0}
+    out = h.write("index_prefilter_commit", "Commit cost of a carried prefilter: appended pieces vs the whole folder",
+                  to_markdown(rep), rep, args.out or (None if args.quick else HERE / "results"), e=e)
     if out is not None:
         plot(rep, out / "index_prefilter_commit.png")
     return 0

@@ -18,11 +18,7 @@ Writes ``results/index_remove.{md,json}`` (``--quick``: only with ``--out``).
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import os
 import pathlib
-import statistics
 import sys
 import tempfile
 import time
@@ -33,54 +29,42 @@ sys.path.insert(0, str(HERE))
 
 from tqdm import tqdm  # noqa: E402
 
-from _impls import write_report  # noqa: E402
+import _harness as h  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex  # noqa: E402
 from tests.test_kg_index_growth import city_doc  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__, out=None)
     ap.add_argument("--documents", type=int, default=2000)
     ap.add_argument("--removals", type=int, default=10)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     n, k = (200, 3) if args.quick else (args.documents, args.removals)
-    enc = Encoders.offline()
+    e = h.env()
     tmp = pathlib.Path(tempfile.mkdtemp())
-    idx = KnowledgeIndex.create(tmp / "index", enc)
+    idx = KnowledgeIndex.create(tmp / "index", Encoders.offline())
     t = time.perf_counter()
     idx.add_documents([city_doc(i) for i in range(n)])
     build_s = time.perf_counter() - t
     remove, rewrite = [], []
-    for r in tqdm(range(k), desc="removals"):
-        t = time.perf_counter()
-        idx.remove_document(f"d{r}")
-        remove.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        idx.save(tmp / f"copy{r}")  # the same documents as the index now holds: a full rewrite
-        rewrite.append(time.perf_counter() - t)
-    a, b = statistics.median(remove), statistics.median(rewrite)
-    load = os.getloadavg()
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "documents": n, "removals": k, "build_s": build_s, "remove_s": remove, "rewrite_s": rewrite,
-           "remove_median_s": a, "rewrite_median_s": b, "ratio": b / a, "load_after": load,
-           "command": "python benchmarks/index_remove.py" + (" --quick" if args.quick else "")}
-    md = [f"# Removing one document from a {n:,}-document index ({rep['date']})", "",
-          f"Command: `{rep['command']}`. Machine: 2-core AMD EPYC (shared); load average after the run "
-          f"{load[0]:.1f}. Index built in one call ({build_s:.1f} s), so its documents share one part.", "",
-          "| operation | median s | runs |", "|---|---:|---:|",
-          f"| `remove_document` (committed) | {a:.3f} | {k} |",
-          f"| rewrite (`save` of the index after the removal, to a fresh folder) | {b:.3f} | {k} |", "",
-          f"Removal / rewrite: {a / b:.2f}x. A removal rewrites its part for the documents that share it "
-          "(here every other document) and copies the vector files without its rows, so it costs about "
-          "a rewrite of the index; smaller parts (indexes grown by many adds) make it cheaper. Before "
-          "commit 'Index: removing a document looks up its part siblings' items in one pass per store' "
-          "the same removal took 4.9 s (median of 15, same corpus and size, same machine): a range lookup "
-          "per sibling, store and store again.", ""]
-    text = "\n".join(md)
-    print(text)
-    write_report(args.out or (None if args.quick else HERE / "results"), "index_remove", text, rep)
+    for r in tqdm(range(k), desc="removals"):  # alternating: remove one, then write the rest again
+        remove += h.time_calls(lambda: idx.remove_document(f"d{r}"), 1, warmup=0)
+        rewrite += h.time_calls(lambda: idx.save(tmp / f"copy{r}"), 1, warmup=0)  # same documents: full rewrite
+    a, b = h.stats(remove)["ms_median"] / 1e3, h.stats(rewrite)["ms_median"] / 1e3
+    rep = {"documents": n, "removals": k, "build_s": build_s, "remove_s": remove, "rewrite_s": rewrite,
+           "remove_median_s": a, "rewrite_median_s": b, "ratio": b / a}
+    body = [f"Index built in one call ({build_s:.1f} s), so its documents share one part.", "",
+            *h.table([("operation", "op"), ("median s:", "s"), ("runs:", "n")],
+                     [{"op": "`remove_document` (committed)", "s": f"{a:.3f}", "n": k},
+                      {"op": "rewrite (`save` of the index after the removal, to a fresh folder)", "s": f"{b:.3f}", "n": k}]),
+            "", f"Removal / rewrite: {a / b:.2f}x. A removal rewrites its part for the documents that share it "
+            "(here every other document) and copies the vector files without its rows, so it costs about "
+            "a rewrite of the index; smaller parts (indexes grown by many adds) make it cheaper. Before "
+            "commit 'Index: removing a document looks up its part siblings' items in one pass per store' "
+            "the same removal took 4.9 s (median of 15, same corpus and size, same machine): a range lookup "
+            "per sibling, store and store again."]
+    h.write("index_remove", f"Removing one document from a {n:,}-document index", body, rep,
+            args.out or (None if args.quick else HERE / "results"), e=e)
     return 0
 
 

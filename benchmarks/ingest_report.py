@@ -20,27 +20,24 @@ patches not needed: images come without pixels). Rows, each over the whole corpu
 
 Before timing, the built graphs are checked: entity and relation counts per document equal the
 distinct normalised names / unordered pairs in the records. Each row runs ``--repeats`` times;
-the median is reported as segments per second, with ratio = row rate / peer rate.
+the rows are timed interleaved (``_harness.paired``) and the median is reported as segments per
+second, with ratio = row rate / peer rate. ``--quick``: 10 documents, 1 call per row.
 Writes ``results/ingest.md``, ``.json`` and ``.png`` beside this file (or under ``--out``).
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import pathlib
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import networkx as nx  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import _impls  # noqa: E402
+import _harness as h  # noqa: E402
 import _ingest_impls as ii  # noqa: E402
 from colgraph_engine.graph import EdgeKind, NodeKind  # noqa: E402
 from colgraph_engine.kg import (  # noqa: E402
@@ -52,13 +49,15 @@ PEER = "NetworkX upsert (LightRAG-style), memory"
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__)
     ap.add_argument("--docs", type=int, default=100)
     ap.add_argument("--segments", type=int, default=20)
     ap.add_argument("--words", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.docs, args.repeats = 10, 1
+    return args
 
 
 def check_graphs(docs, graphs) -> None:
@@ -117,66 +116,36 @@ def main(argv=None) -> int:
         PEER: lambda: ii.networkx_upsert(docs),
         "NetworkX upsert + GraphML write": peer_graphml,
     }
-    times = {}
-    for name, fn in tqdm(rows.items(), desc="timing rows"):
-        samples = []
-        for _ in range(args.repeats):
-            t = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t)
-        times[name] = statistics.median(samples)
+    times = {name: statistics.median(s) for name, s in h.paired(rows, args.repeats, warmup=0).items()}
     final = KnowledgeIndex.open(work / "idx")
     disk = sum(f.stat().st_size for f in (work / "idx").rglob("*") if f.is_file())
     shutil.rmtree(work, ignore_errors=True)
 
-    info = _impls.machine_info()
-    info.pop("colgraph_backends", None)
     peer_rate = n_segments / times[PEER]
-    table = []
-    for name, t in times.items():
-        rate = n_segments / t
-        table.append({"row": name, "seconds": t, "segments_per_s": rate, "ratio_vs_peer": rate / peer_rate})
+    table = [{"row": name, "seconds": t, "segments_per_s": n_segments / t, "ratio_vs_peer": n_segments / t / peer_rate}
+             for name, t in times.items()]
     counts = final.counts
-    lines = [
-        "# Ingest: extraction records -> per-document graphs -> index (encoders excluded)", "",
-        f"{datetime.date.today()} · {info['cpu_model']} · {info['cpus_usable']} usable CPUs · torch {info['torch']}", "",
+    body = [
         f"Corpus: {args.docs} documents x {args.segments} segments x ~{args.words} words = {n_segments} segments, "
         f"{records} extraction records, {args.docs} images with 4-object scene graphs and matches. "
         f"Index: {counts['entities']} entities, {counts['relations']} relations, {counts['regions']} regions, "
         f"{counts['nodes']} nodes, {counts['edges']} edges, {disk / 2**20:.1f} MiB on disk "
         f"(fp32 vectors: {counts['segment_vectors']} segment multi-vectors, d 128). Median of {args.repeats}.", "",
-        "| row | seconds | segments/s | vs NetworkX upsert |", "|---|---:|---:|---:|",
-    ]
-    lines += [f"| {r['row']} | {r['seconds']:.3f} | {r['segments_per_s']:,.0f} | {r['ratio_vs_peer']:.2f}x |" for r in table]
-    lines += ["", "Target: >= 1,000 segments/s for ours, committed (issue 4). The peer builds one merged graph in "
-              "memory and stores no vectors; ours keeps documents apart, fills six stores, writes checksummed "
-              "files with fsync and assembles the igraph topology."]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ingest.md").write_text("\n".join(lines) + "\n")
-    (args.out / "ingest.json").write_text(json.dumps({"machine": info, "args": {k: str(v) for k, v in vars(args).items()},
-                                                      "counts": counts, "disk_bytes": disk, "rows": table}, indent=1))
-    _plot(table, args.out / "ingest.png")
-    print("\n".join(lines))
+        *h.table([("row", "row"), ("seconds:", lambda r: f"{r['seconds']:.3f}"),
+                  ("segments/s:", lambda r: f"{r['segments_per_s']:,.0f}"),
+                  ("vs NetworkX upsert:", lambda r: f"{r['ratio_vs_peer']:.2f}x")], table),
+        "", "Target: >= 1,000 segments/s for ours, committed (issue 4). The peer builds one merged graph in "
+        "memory and stores no vectors; ours keeps documents apart, fills six stores, writes checksummed "
+        "files with fsync and assembles the igraph topology."]
+    stem = h.stem("ingest", args)
+    out = h.write(stem, "Ingest: extraction records -> per-document graphs -> index (encoders excluded)", body,
+                  {"args": {k: str(v) for k, v in vars(args).items()}, "counts": counts, "disk_bytes": disk,
+                   "rows": table}, args.out)
+    if out is not None:
+        h.bar_plot(out / f"{stem}.png", ["segments per second (higher is better; target 1,000)"],
+                   {r["row"]: {"segments per second (higher is better; target 1,000)": r["segments_per_s"]} for r in table},
+                   ylabel="segments / s", title=f"Ingest, {n_segments} segments", labels="{:,.0f}")
     return 0
-
-
-def _plot(table, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    names = [r["row"] for r in table][::-1]
-    rates = [r["segments_per_s"] for r in table][::-1]
-    colors = ["#888888" if "NetworkX" in n else "#1f77b4" for n in names]
-    ax.barh(names, rates, color=colors)
-    ax.axvline(1000, color="red", linestyle="--", linewidth=1, label="target 1,000 segments/s")
-    ax.set_xlabel("segments per second (higher is better)")
-    ax.legend(loc="lower right", fontsize=8)
-    ax.tick_params(axis="y", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

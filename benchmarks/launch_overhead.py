@@ -20,19 +20,16 @@ import os
 # launch itself is replaced below, so nothing is interpreted.
 os.environ["TRITON_INTERPRET"] = "1"
 
-import json  # noqa: E402
-import statistics
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
 import colgraph_engine as cg  # noqa: E402
 from colgraph_engine.kernels import maxsim as km  # noqa: E402
-
-OUT = Path(__file__).resolve().parent / "results"
 
 
 class CountOps(TorchFunctionMode):
@@ -52,7 +49,8 @@ class CountOps(TorchFunctionMode):
         return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    args = h.parser(__doc__, quick=False).parse_args(argv)
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     d, n_docs, lq = 128, 1024, 32
@@ -76,28 +74,18 @@ def main() -> int:
         with CountOps() as mode:
             call()
         n_launches = len(launches)
-        times = []
-        for _ in range(300):
-            t = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - t) * 1e6)
-        rows[name] = dict(torch_ops=sum(mode.counts.values()), triton_launches=n_launches, ops=mode.counts,
-                          host_us_median=round(statistics.median(times), 1), host_us_min=round(min(times), 1))
-        print(name, json.dumps(rows[name]), flush=True)
-    OUT.mkdir(exist_ok=True)
-    (OUT / "launch_overhead.json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = ["# Host cost of one store call (CPU, Triton launch replaced by a no-op)", "",
-             f"torch {torch.__version__}, 1 thread, {n_docs} documents, 1 query of {lq} tokens, bf16, d = {d}. "
-             "`torch ops`: torch calls that return a tensor, an upper bound on the call's launches on a "
-             "GPU (views and the checks of host offsets/ids launch nothing). Host µs: the whole call, "
-             "Python included, this machine's CPU (2 shared cores). Command: "
-             "`.venv/bin/python benchmarks/launch_overhead.py`.", "",
-             "| call | torch ops | Triton launches | host µs (median) | host µs (min) |", "|---|---|---|---|---|"]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['torch_ops']} | {r['triton_launches']} | {r['host_us_median']} | {r['host_us_min']} |")
-    for name, r in rows.items():
-        lines += ["", f"{name}: " + ", ".join(f"{k} {v}" for k, v in r["ops"].items())]
-    (OUT / "launch_overhead.md").write_text("\n".join(lines) + "\n")
+        t = h.stats(h.time_calls(call, 300, warmup=0))
+        rows[name] = dict(call=name, torch_ops=sum(mode.counts.values()), triton_launches=n_launches, ops=mode.counts,
+                          host_us_median=round(t["ms_median"] * 1e3, 1), host_us_min=round(t["ms_min"] * 1e3, 1))
+    body = [f"{n_docs} documents, 1 query of {lq} tokens, bf16, d = {d}, 1 thread. "
+            "`torch ops`: torch calls that return a tensor, an upper bound on the call's launches on a "
+            "GPU (views and the checks of host offsets/ids launch nothing). Host µs: the whole call, "
+            "Python included, this machine's CPU.", "",
+            *h.table([("call", "call"), ("torch ops", "torch_ops"), ("Triton launches", "triton_launches"),
+                      ("host µs (median)", "host_us_median"), ("host µs (min)", "host_us_min")], rows.values())]
+    body += [line for n, r in rows.items() for line in ("", f"{n}: " + ", ".join(f"{k} {v}" for k, v in r["ops"].items()))]
+    h.write("launch_overhead", "Host cost of one store call (CPU, Triton launch replaced by a no-op)", body,
+            {"rows": rows}, args.out)
     return 0
 
 

@@ -50,12 +50,10 @@ Writes ``results/pipeline_latency.md``, ``.json`` and ``.png`` beside this file 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
 import pathlib
-import platform
 import random
 import statistics
 import sys
@@ -70,6 +68,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+import _harness as h  # noqa: E402
 import colgraph_engine as cg  # noqa: E402
 from colgraph_engine.kg import DocumentInput, Encoders, ImageInput, KnowledgeIndex, Segment  # noqa: E402
 from colgraph_engine.pipeline import STAGES, Pipeline, PipelineConfig  # noqa: E402
@@ -500,45 +500,18 @@ def core(index: KnowledgeIndex, encoders: Encoders, questions: list[str], *, con
 # ------------------------------------------------------------------------------------------
 
 def machine_info() -> dict:
-    from _impls import cpu_model
-    return {
-        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "loadavg_start": os.getloadavg(), "python": platform.python_version(), "torch": torch.__version__,
-        "torch_num_threads": torch.get_num_threads(), "COLGRAPH_NUM_THREADS": os.environ.get("COLGRAPH_NUM_THREADS"),
-        "colgraph_engine": cg.__version__, "native": cg.backends().get("native"),
-        "cpu_isa_float32": cg.backends().get("cpu_isa_float32"), **git_state(),
-    }
-
-
-def git_state() -> dict:
-    """The commit measured, and whether the engine's files differ from it in the work tree."""
-    import subprocess
-
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=HERE.parent, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-    return {"git_commit": git("rev-parse", "HEAD"),
-            "engine_changes_uncommitted": git("status", "--porcelain", "--", "colgraph_engine", "csrc") or ""}
+    """``_harness.env()`` plus the native backend and its float32 instruction set."""
+    return h.env(native=cg.backends().get("native"), cpu_isa_float32=cg.backends().get("cpu_isa_float32"))
 
 
 def _ms(x: float) -> str:
     return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
 
 
-def to_markdown(rep: dict) -> str:
-    m, a = rep["machine"], rep["settings"]
+def to_markdown(rep: dict) -> list[str]:
+    """The report's body (``_harness.write`` adds title and environment header)."""
+    a = rep["settings"]
     lines = [
-        "# Pipeline latency: Pipeline.retrieve / retrieve_batch on synthetic indexes", "",
-        f"{rep['date']} · commit {str(m.get('git_commit'))[:10]}"
-        + (" (engine files modified in the work tree)" if m.get("engine_changes_uncommitted") else "")
-        + f" · {m['cpu_model']} · {m['cpus_usable']} usable CPUs · "
-        f"{m['memory_total_bytes'] / 2**30:.0f} GiB · torch {m['torch']} (intra-op threads {m['torch_num_threads']}) · "
-        f"COLGRAPH_NUM_THREADS={m['COLGRAPH_NUM_THREADS']} · load average at start {m['loadavg_start'][0]:.2f}"
-        + (f" · end {rep['loadavg_end'][0]:.2f}" if rep.get("loadavg_end") else ""), "",
         f"Settings: {json.dumps(a)}", "",
         f"Config: {json.dumps(rep['config'])}", "",
         "Corpus per document: 5 segments x 40-80 words, 10 entities (2 shared across ~40 documents), "
@@ -549,49 +522,43 @@ def to_markdown(rep: dict) -> str:
     ]
     notes = rep.get("size_notes") or []
     lines += [f"**Size note:** {n}" for n in notes] + ([""] if notes else [])
-    lines += ["## Indexes", "", "| documents | nodes | edges | vector MiB | how | load s | assemble s | RSS growth MiB |",
-              "|---:|---:|---:|---:|---|---:|---:|---:|"]
-    for r in rep["sizes"]:
-        i = r["index"]
-        lines.append(f"| {i['documents']:,} | {i['counts']['nodes']:,} | {i['counts']['edges']:,} | "
-                     f"{i['vector_bytes'] / 2**20:,.0f} | {i['how']} | {i['load_s']:.1f} | {i['assemble_s']:.2f} | "
-                     f"{i['rss_growth_bytes'] / 2**20:,.0f} |")
+    idx = [r["index"] for r in rep["sizes"]]
+    lines += ["## Indexes", "", *h.table(
+        [("documents:", lambda i: f"{i['documents']:,}"), ("nodes:", lambda i: f"{i['counts']['nodes']:,}"),
+         ("edges:", lambda i: f"{i['counts']['edges']:,}"), ("vector MiB:", lambda i: f"{i['vector_bytes'] / 2**20:,.0f}"),
+         ("how", "how"), ("load s:", lambda i: f"{i['load_s']:.1f}"), ("assemble s:", lambda i: f"{i['assemble_s']:.2f}"),
+         ("RSS growth MiB:", lambda i: f"{i['rss_growth_bytes'] / 2**20:,.0f}")], idx)]
+    modes = [dict(x, n=r["index"]["documents"], mode=m.replace("_", " ")) for r in rep["sizes"]
+             for m in ["single"] + [k for k in r["result"] if k.startswith("batch_")] for x in [r["result"][m]]]
+    e2e = []
+    for r in rep["sizes"]:  # each size's modes, then its encoders' row
+        n, e = r["index"]["documents"], r["result"]["encode"]
+        e2e += [[f"{n:,}", x["mode"], x["queries"], _ms(x["p50_ms"]), _ms(x["p99_ms"]), f"{x['qps']:,.1f}",
+                 f"{x.get('ratio_qps_vs_single', 1.0):.2f}x", _ms(x.get("amortised_ms_per_query_p50", x["p50_ms"]))]
+                for x in modes if x["n"] == n]
+        e2e.append([f"{n:,}", "encode (offline encoders, apart)", e["queries"], f"{_ms(e['ms_per_query'])} per query",
+                    "", "", "", ""])
+    cols = ["documents:", "mode", "queries:", "p50 ms:", "p99 ms:", "QPS:", "QPS vs single:", "amortised ms/query:"]
     lines += ["", "## End to end (encoders excluded)", "",
-              "| documents | mode | queries | p50 ms | p99 ms | QPS | QPS vs single | amortised ms/query |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rep["sizes"]:
-        n = r["index"]["documents"]
-        for mode in ["single"] + [k for k in r["result"] if k.startswith("batch_")]:
-            x = r["result"][mode]
-            ratio = f"{x['ratio_qps_vs_single']:.2f}x" if "ratio_qps_vs_single" in x else "1.00x"
-            am = _ms(x["amortised_ms_per_query_p50"]) if "amortised_ms_per_query_p50" in x else _ms(x["p50_ms"])
-            lines.append(f"| {n:,} | {mode.replace('_', ' ')} | {x['queries']} | {_ms(x['p50_ms'])} | "
-                         f"{_ms(x['p99_ms'])} | {x['qps']:,.1f} | {ratio} | {am} |")
-        e = r["result"]["encode"]
-        lines.append(f"| {n:,} | encode (offline encoders, apart) | {e['queries']} | {_ms(e['ms_per_query'])} "
-                     f"per query | | | | |")
+              *h.table([(c, lambda r, i=i: str(r[i])) for i, c in enumerate(cols)], e2e)]
     t = rep.get("targets", {})
     if t:
         lines += ["", "Targets at the smallest size: " + "; ".join(
             f"{k}: {v['value']:.2f} ({'met' if v['met'] else 'NOT met'}, target {v['target']})" for k, v in t.items())]
-    lines += ["", "## Per stage (median ms per query)", "",
-              "| documents | mode | " + " | ".join(TIMED) + " | dominant |", "|---:|---|" + "---:|" * (len(TIMED) + 1)]
-    for r in rep["sizes"]:
-        for mode in ["single"] + [k for k in r["result"] if k.startswith("batch_")]:
-            st = r["result"][mode]["stage_ms_per_query"]
-            dom = max(TIMED, key=lambda s: st[s])
-            lines.append(f"| {r['index']['documents']:,} | {mode.replace('_', ' ')} | "
-                         + " | ".join(_ms(st[s]) for s in TIMED)
-                         + f" | {dom} ({100 * st[dom] / max(sum(st.values()), 1e-12):.0f}%) |")
+    dom = lambda st: max(TIMED, key=lambda s: st[s])  # noqa: E731 - the stage that costs most
+    lines += ["", "## Per stage (median ms per query)", "", *h.table(
+        [("documents:", lambda x: f"{x['n']:,}"), ("mode", "mode")]
+        + [(f"{s}:", lambda x, s=s: _ms(x["stage_ms_per_query"][s])) for s in TIMED]
+        + [("dominant:", lambda x: (lambda st, d: f"{d} ({100 * st[d] / max(sum(st.values()), 1e-12):.0f}%)")(
+            x["stage_ms_per_query"], dom(x["stage_ms_per_query"])))], modes)]
     if rep.get("sweep"):
         lines += ["", f"## Sweep at {rep['sweep_documents']:,} documents (single queries, one setting changed from "
-                  "the defaults)", "", "| setting | value | p50 ms | p99 ms | QPS | dominant stage |",
-                  "|---|---|---:|---:|---:|---|"]
-        for s in rep["sweep"]:
-            st = s["stage_ms_per_query"]
-            dom = max(TIMED, key=lambda k: st[k])
-            lines.append(f"| {s['setting']} | {s['value']} | {_ms(s['p50_ms'])} | {_ms(s['p99_ms'])} | "
-                         f"{s['qps']:,.1f} | {dom} ({_ms(st[dom])} ms) |")
+                  "the defaults)", "", *h.table(
+                      [("setting", "setting"), ("value", "value"), ("p50 ms:", lambda x: _ms(x["p50_ms"])),
+                       ("p99 ms:", lambda x: _ms(x["p99_ms"])), ("QPS:", lambda x: f"{x['qps']:,.1f}"),
+                       ("dominant stage", lambda x: f"{dom(x['stage_ms_per_query'])} "
+                                                    f"({_ms(x['stage_ms_per_query'][dom(x['stage_ms_per_query'])])} ms)")],
+                      rep["sweep"])]
     mem = rep.get("memory")
     if mem:
         g1, g64 = mem["batch_1_peak_rss_growth_bytes"], mem["batch_64_peak_rss_growth_bytes"]
@@ -602,13 +569,14 @@ def to_markdown(rep: dict) -> str:
                   if g1 is not None and g64 is not None else "Peak RSS could not be measured here."]
     if rep.get("findings"):
         lines += ["", "## Findings", ""] + [f"* {f}" for f in rep["findings"]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(rep: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt, note = h.matplotlib_or_note()
+    if plt is None:
+        print(note)
+        return
 
     colors = dict(zip(TIMED, plt.get_cmap("tab10").colors))
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.6))
@@ -620,10 +588,10 @@ def plot(rep: dict, path: pathlib.Path) -> None:
     for j, mode in enumerate(modes):
         bottom = np.zeros(len(sizes))
         for s in TIMED:
-            h = np.array([r["result"][mode]["stage_ms_per_query"][s] for r in sizes])
-            ax.bar(np.arange(len(sizes)) + (j - (len(modes) - 1) / 2) * width, h, width * 0.95, bottom=bottom,
+            hs = np.array([r["result"][mode]["stage_ms_per_query"][s] for r in sizes])
+            ax.bar(np.arange(len(sizes)) + (j - (len(modes) - 1) / 2) * width, hs, width * 0.95, bottom=bottom,
                    color=colors[s], label=s if j == 0 else None, edgecolor="white", linewidth=0.3)
-            bottom += h
+            bottom += hs
         for x, y in zip(np.arange(len(sizes)) + (j - (len(modes) - 1) / 2) * width, bottom):
             ax.text(x, y, mode.replace("batch_", "B"), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(np.arange(len(sizes)), labels)
@@ -640,9 +608,9 @@ def plot(rep: dict, path: pathlib.Path) -> None:
         xs = [str(s["value"]) for s in rows]
         bottom = np.zeros(len(rows))
         for s in TIMED:
-            h = np.array([r["stage_ms_per_query"][s] for r in rows])
-            ax.bar(xs, h, bottom=bottom, color=colors[s], label=s)
-            bottom += h
+            hs = np.array([r["stage_ms_per_query"][s] for r in rows])
+            ax.bar(xs, hs, bottom=bottom, color=colors[s], label=s)
+            bottom += hs
         ax.plot(xs, [r["p50_ms"] for r in rows], "k.--", label="p50 end to end")
         ax.set_xlabel(title)
         ax.set_ylabel("ms per query")
@@ -716,8 +684,7 @@ def main(argv=None) -> int:
     for nline in notes:
         tqdm.write("NOTE: " + nline)
     n_questions = max([args.queries] + [b * args.batches for b in batch_sizes])
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "machine": info,
-           "settings": {"sizes": sizes, "requested_sizes": args.sizes, "quick": args.quick, "queries": args.queries,
+    rep = {"machine": info, "settings": {"sizes": sizes, "requested_sizes": args.sizes, "quick": args.quick, "queries": args.queries,
                         "batches": args.batches, "batch_sizes": list(batch_sizes), "warmup": args.warmup,
                         "sweep_queries": args.sweep_queries, "seed": args.seed, "dtype": args.dtype,
                         "torch_threads": args.torch_threads, "vector_bytes_per_document": per_doc,
@@ -758,15 +725,11 @@ def main(argv=None) -> int:
         findings.append(f"{r['index']['documents']:,} documents, single query: {dom} dominates "
                         f"({_ms(st[dom])} of {_ms(sum(st.values()))} ms).")
     rep["findings"] = findings + list(EXTRA_FINDINGS)
-    rep["loadavg_end"] = os.getloadavg()
     rep["total_s"] = time.perf_counter() - t_start
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "pipeline_latency_quick" if args.quick else "pipeline_latency"
-    (args.out / f"{stem}.md").write_text(to_markdown(rep))
-    (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=1, default=str))
-    plot(rep, args.out / f"{stem}.png")
-    print(to_markdown(rep))
-    print(f"total {rep['total_s']:.0f} s; wrote {args.out / stem}.{{md,json,png}}")
+    stem = h.stem("pipeline_latency", args)
+    if h.write(stem, "Pipeline latency: Pipeline.retrieve / retrieve_batch on synthetic indexes", to_markdown(rep),
+               rep, args.out, e=info) is not None:
+        plot(rep, args.out / f"{stem}.png")
     return 0
 
 

@@ -37,8 +37,6 @@ for ``--nbits 4``, ``_<corpus>`` for ``--only <corpus>``).
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -55,6 +53,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import _harness as h  # noqa: E402
 from colgraph_engine.index import PrefilterIndex  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 from colgraph_engine.synthetic import clustered_corpus, queries_for  # noqa: E402
@@ -70,8 +69,7 @@ QUICK = {"long": dict(n_docs=150, tokens=64, topics_per_doc=16),
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
+    p = h.parser(__doc__)
     p.add_argument("--tenth", action="store_true",
                    help="the GPU corpora's document shapes at a tenth of their document counts (TENTH)")
     p.add_argument("--fp-probes", default="8,32",
@@ -88,7 +86,6 @@ def parse_args(argv=None):
     p.add_argument("--colsearch-lanes", default="fp16,rroq158",
                    help="comma-separated lanes of benchmarks/_colsearch.py LANES; empty: skip colsearch")
     p.add_argument("--only", default="", help="run only the corpus of this name")
-    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     p.add_argument("--note", action="append", default=[], help="a line added to the report's notes (repeatable)")
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the .md and .png from the .json of the same options (adding --note lines)")
@@ -99,13 +96,9 @@ LATENCY_QUERIES = 16  # set from --latency-queries
 
 
 def timed(fn, repeats):
-    fn()
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        res = fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out), res
+    """``(median seconds of `repeats` calls after a warmup, the result)``."""
+    res = fn()
+    return statistics.median(h.time_calls(fn, repeats, warmup=0)), res
 
 
 def recall_at_10(got_ids: list[list[int]], exact_ids: torch.Tensor) -> float:
@@ -248,8 +241,9 @@ def write(rows, notes, args, meta):
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "notes": notes}, indent=1) + "\n")
     lines = [f"# Prefilter on the CPU: recall@10 against exact, QPS ({meta['date']})", "",
-             f"Command: `{meta['command']}`. Machine: {meta['machine']}. torch threads {args.threads}; "
-             f"fast-plaid {meta['fast_plaid'] or 'absent'}; colsearch {meta['colsearch'] or 'not measured'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
+             *(h.header(meta["env"], meta["command"]) if "env" in meta else
+               [f"Command: `{meta['command']}`. Machine: {meta['machine']}."]), "",
+             f"torch threads {args.threads}; fast-plaid {meta['fast_plaid'] or 'absent'}; colsearch {meta['colsearch'] or 'not measured'}; nbits {args.nbits}. QPS: {rows[0]['queries'] if rows else 0} "
              "queries of 32 tokens in one call; latency: one query per call. `x exact`: QPS over exact brute force's; "
              "`x fast-plaid` / `x colsearch`: over that peer's row at the nearest recall (its first row on a tie).", ""]
     for corpus in dict.fromkeys(r["corpus"] for r in rows):
@@ -307,6 +301,28 @@ def write(rows, notes, args, meta):
         notes.append(f"plot failed: {exc}")
 
 
+def headline(quick: bool = True) -> h.Headline:
+    """Our prefilter at PLAID's k <= 10 defaults, exact stage on the store (the knowledge index's
+    default, ``prefilter_exact="store"``), vs exact brute force over the same store, interleaved, on
+    the ``short`` corpus (8,000 x 32 tokens); its recall@10 against exact must reach 0.95 before it is
+    timed (headline suite)."""
+    spec = CORPORA["short"]
+    cents, topics, docs = clustered_corpus(spec["n_docs"], spec["tokens"], 128, n_topics=2048,
+                                           topics_per_doc=spec["topics_per_doc"], seed=11)
+    _, queries = queries_for(cents, topics, 16 if quick else 64, 32, seed=12)
+    store = PackedStore(128)
+    store.add(docs)
+    idx = PrefilterIndex.build(docs, nbits=2, max_points=1 << 16)
+    fns = {"exact": lambda: store.search(queries, k=10), "prefilter": lambda: idx.search(queries, k=10, store=store)}
+    recall = recall_at_10(fns["prefilter"]().ids.tolist(), fns["exact"]()[1])
+    if recall < 0.95:
+        raise h.CorrectnessError(f"prefilter recall@10 {recall:.3f} against exact is under 0.95")
+    t = {k: statistics.median(v) for k, v in h.paired(fns, 5).items()}
+    return h.Headline(f"prefilter vs exact, {spec['n_docs']:,} x {spec['tokens']} tokens, {len(queries)} queries",
+                      f"{t['prefilter'] * 1e3:.1f} ms (recall@10 {recall:.2f})", f"exact {t['exact'] * 1e3:.1f} ms",
+                      t["exact"] / t["prefilter"], "exact ms / prefilter ms")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -338,16 +354,9 @@ def main(argv=None) -> int:
                          "`bytes/token` for colsearch: its shards' fp16 rows (fp16) or rroq158 code tensors "
                          "(the rroq158 shards also keep an fp16 copy of every row, not counted); its build trains "
                          "the LEMUR router MLP twice (10 epochs each) and, for rroq158, k-means with K = 8,192.")
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python benchmarks/prefilter_report.py" + (" --quick" if args.quick else "")
-                       + (f" --nbits {args.nbits}" if args.nbits != 2 else "") + f" --repeats {args.repeats}"
-                       + (f" --only {args.only}" if args.only else "") + (" --tenth" if args.tenth else "")
-                       + (f" --fp-probes {args.fp_probes}" if args.fp_probes != "8,32" else "")
-                       + (f" --latency-queries {args.latency_queries}" if args.latency_queries != 16 else "")
-                       + (f" --colsearch-lanes {args.colsearch_lanes or chr(34) * 2}"
-                          if args.colsearch_lanes != "fp16,rroq158" else ""),
-            "machine": f"{os.cpu_count()} CPU cores (shared), torch {torch.__version__}",
-            "fast_plaid": fp_version, "colsearch": cs_version}
+    e = h.env(fast_plaid=fp_version, colsearch=cs_version)
+    meta = {"date": e["timestamp"], "command": h.command_line(), "env": e, "fast_plaid": fp_version,
+            "colsearch": cs_version}
     rows: list[dict] = []
     global LATENCY_QUERIES
     LATENCY_QUERIES = args.latency_queries

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import pathlib
@@ -73,6 +72,8 @@ os.environ.setdefault("COLGRAPH_NUM_THREADS", str(len(os.sched_getaffinity(0)) i
 sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
+
+import _harness as h  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 try:
@@ -358,18 +359,12 @@ def _f(x: float) -> str:
     return f"{x:,.1f}" if abs(x) >= 10 else f"{x:.2f}"
 
 
-def to_markdown(rep: dict) -> str:
-    s, m = rep["settings"], rep["machine"]
-    inp = rep["in_process"]
+def to_markdown(rep: dict) -> list[str]:
+    """The report's body (``_harness.write`` adds title and environment header)."""
+    s, inp = rep["settings"], rep["in_process"]
     lines = [
-        "# Service load test: colgraph serve on the loopback interface", "",
-        f"Run {rep['date']} on {m['cpu_model']} ({m['cpus_usable']} usable cores, shared), Python {m['python']}, "
-        f"torch {m['torch']} (1 intra-op thread), COLGRAPH_NUM_THREADS={m['COLGRAPH_NUM_THREADS']}, "
-        f"commit {str(m.get('git_commit'))[:10]}; load average (1 min) {m['loadavg_start'][0]:.1f} at the start, "
-        f"{rep['loadavg_end'][0]:.1f} at the end (other jobs share the machine). Produced by `.venv/bin/python benchmarks/service_load.py"
-        f"{' --quick' if s['quick'] else ''}{' --client ' + rep['client'] if rep.get('client', 'httpx') != 'raw' else ''}` "
-        f"in {rep['seconds']:.0f} s. Load generator: {rep.get('client', 'httpx')} HTTP client in this process "
-        "(see the last reading for the other one).", "",
+        f"Run in {rep['seconds']:.0f} s; torch 1 intra-op thread. Load generator: {rep.get('client', 'httpx')} "
+        "HTTP client in this process (see the last reading for the other one).", "",
         f"Index: {s['documents']:,} generated documents ({rep['index_counts'].get('segments', 0):,} segments, "
         f"{rep['index_counts'].get('entities', 0):,} entities, {rep['index_counts'].get('relations', 0):,} relations), "
         "offline encoders; default pipeline config (Kd 10, Kg 10, l 1). Text questions; every latency includes "
@@ -392,10 +387,8 @@ def to_markdown(rep: dict) -> str:
             lines.append(f"| {mode} | {c} | {cell['requests']} | {cell['failed']} | {_f(cell['qps'])} | "
                          f"{_f(cell['p50_ms'])} | {_f(cell['p99_ms'])} | {cell['mean_batch']:.1f} | "
                          f"{cell['qps'] / base:.2f}x |")
-    t = rep["targets"]
-    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---:|:---:|"]
-    for row in t:
-        lines.append(f"| {row['target']} | {row['measured']} | {'yes' if row['met'] else 'no'} |")
+    lines += ["", "## Targets", "", *h.table([("target", "target"), ("measured:", "measured"),
+                                               ("met^", lambda r: "yes" if r["met"] else "no")], rep["targets"])]
     lines += ["", f"Answers checked against the in-process pipeline: {rep['checked']} questions, "
               f"{rep['mismatches']} mismatches (recalled documents and ranked image nodes).", ""]
     ing = rep.get("ingest")
@@ -408,14 +401,15 @@ def to_markdown(rep: dict) -> str:
                   f"after another (p50 {_f(ing['upload_p50_ms'])} ms per upload, {ing['uploads_not_ok']} not answered 200): "
                   f"documents {ing['documents_before']:,} before, {ing['documents_after']:,} after ({ing['lost']} lost), "
                   f"{ing['missing_on_disk']} of the uploaded names missing from the index reopened from disk.", ""]
-    lines += ["## Reading", ""] + [f"* {x}" for x in rep["findings"]] + [""]
-    return "\n".join(lines)
+    lines += ["## Reading", ""] + [f"* {x}" for x in rep["findings"]]
+    return lines
 
 
 def plot(rep: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt, note = h.matplotlib_or_note()
+    if plt is None:
+        print(note)
+        return
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for mode, cells in rep["http"].items():
@@ -445,6 +439,37 @@ def plot(rep: dict, path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def headline(quick: bool = True):
+    """HTTP overhead on p50 (headline suite): one unbatched server over ``pipeline_report``'s
+    corpus (200 documents quick, 1,000 otherwise, cached in ``benchmarks/.cache``); the answers of
+    the first 8 questions over HTTP must equal the in-process ones before the paired timing."""
+    import httpx
+
+    import pipeline_report as pr
+    from colgraph_engine.kg import Encoders
+    from colgraph_engine.pipeline import Pipeline
+
+    n_docs = 200 if quick else 1000
+    torch.set_num_threads(1)
+    enc = Encoders.offline(text_dim=128)
+    index, how = pr.load_or_build(n_docs, enc, HERE / ".cache", seed=0, dtype=torch.float32)
+    questions = pr.make_questions(64, n_docs, seed=0)
+    pipe = Pipeline(index, enc)
+    server = Server(pathlib.Path(how["path"]), 1, 0.0, 1)
+    try:
+        for q in questions[:8]:
+            got = signature(httpx.post(server.url + "/query", json={"question": q}, timeout=300).json())
+            if got != signature(pipe.retrieve(q)):
+                raise h.CorrectnessError(f"HTTP answer differs from the in-process one for {q!r}")
+        paired = paired_overhead(server.url, pipe, questions, 32 if quick else 64)
+    finally:
+        server.close()
+    return h.Headline(f"HTTP overhead, p50, {n_docs:,} documents, 1 client, unbatched server",
+                      f"HTTP {paired['http_p50_ms']:.2f} ms", f"in-process {paired['in_process_p50_ms']:.2f} ms",
+                      paired["in_process_p50_ms"] / paired["http_p50_ms"],
+                      f"in-process / HTTP; overhead {paired['overhead_p50_ms']:+.2f} ms (target <= 2 ms)")
 
 
 def main(argv=None) -> int:
@@ -579,22 +604,18 @@ def main(argv=None) -> int:
         f"{oc['batched']['qps']:.1f} q/s ({oc['batched']['qps'] / oc['unbatched']['qps']:.2f}x, mean batch "
         f"{oc['batched']['mean_batch']:.1f}); HTTP overhead {oc['paired']['overhead_p50_ms']:+.2f} ms (p50 "
         f"{oc['paired']['http_p50_ms']:.2f} vs {oc['paired']['in_process_p50_ms']:.2f} ms in-process).")
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "machine": info,
-           "client": args.client, "other_client": oc, "ingest": ingest,
+    rep = {"machine": info, "client": args.client, "other_client": oc, "ingest": ingest,
            "settings": {"documents": args.documents, "concurrency": concurrencies, "quick": args.quick,
                         "modes": {k: {"max_batch": b, "max_wait_ms": w} for k, (b, w) in MODES.items()},
                         "requests_per_cell": {c: requests_for(c) for c in concurrencies}, "index": how},
            "index_counts": index.counts,
            "in_process": {"single": single, "batch": {str(k): v for k, v in inp["batch"].items()}},
            "http": http, "paired_overhead": paired, "targets": targets, "checked": checked, "mismatches": mismatches,
-           "findings": [f for f in findings if f], "seconds": time.perf_counter() - t_start,
-           "loadavg_end": os.getloadavg()}
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "service_load_quick" if args.quick else "service_load"
-    (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=1, default=str))
-    (args.out / f"{stem}.md").write_text(to_markdown(rep))
-    plot(rep, args.out / f"{stem}.png")
-    print(to_markdown(rep))
+           "findings": [f for f in findings if f], "seconds": time.perf_counter() - t_start}
+    stem = h.stem("service_load", args)
+    if h.write(stem, "Service load test: colgraph serve on the loopback interface", to_markdown(rep), rep,
+               args.out, e=info) is not None:
+        plot(rep, args.out / f"{stem}.png")
     return 1 if mismatches or failed else 0
 
 
