@@ -1,11 +1,11 @@
 """The search-settings sweep of ``benchmarks/prefilter_pages.py --sweep`` (issue 13).
 
-On one built :class:`~colgraph_engine.index.PrefilterIndex` over the MiniLM page tokens it
+On one built :class:`~colgraph_engine.prefilter.PrefilterIndex` over the MiniLM page tokens it
 measures recall@10 (against exact brute force) and QPS (all questions in one call) over a grid
 of PLAID's knobs, finds the stage that loses the exact top-10 documents at the k<=10 defaults,
 and measures how finely the centroid scores resolve the exact ranking. The pipeline's stages
-are in :mod:`colgraph_engine.index.stages`; the diagnostic calls them directly, block by block
-as :func:`colgraph_engine.index.search.run` does, and checks its per-query counts against the
+are in :mod:`colgraph_engine.prefilter.stages`; the diagnostic calls them directly, block by block
+as :func:`colgraph_engine.prefilter.search.run` does, and checks its per-query counts against the
 search's own ``stats``.
 
 Grid (the task's): ncells {1, 2, 4, 8} x centroid_score_threshold {0.5, 0.4, 0.3, none} x
@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from colgraph_engine.index import stages
-from colgraph_engine.index.search import QUERY_BLOCK
+from colgraph_engine.prefilter import stages
+from colgraph_engine.prefilter.search import QUERY_BLOCK
 
 NCELLS = (1, 2, 4, 8)
 THRESHOLDS = (0.5, 0.4, 0.3, None)
@@ -376,7 +376,7 @@ def to_markdown(rep: dict) -> str:
         f"all), {fr['ndocs']:.1%} are cut by the top-256 cut of stage 3 even unpruned, and "
         f"{fr['exact_budget']:.1%} pass stage 3 and are cut by stage 4's top 64 on the full centroid score. "
         f"With the exact stage on the store the recall is {d_store['recall10']:.3f} (the reached fraction, "
-        f"bar ties). The diagnostic re-runs stages 2-4 from `colgraph_engine.index.stages` and its "
+        f"bar ties). The diagnostic re-runs stages 2-4 from `colgraph_engine.prefilter.stages` and its "
         f"per-question counts equal the search's stats.")
     cr = loss["candidate_rank"]
     names = {"not_candidate": "stage 2 (no probed centroid: ncells)", "threshold": "stage 3's threshold",
@@ -472,7 +472,7 @@ def to_markdown(rep: dict) -> str:
     losses = rep["loss_by_stage"]
     lines += ["", "## Where the exact top-10 pages leave the search", "",
               f"Each of the {loss['pairs']:,} exact top-10 (question, page) pairs, by the stage it leaves at "
-              "(stages 2-4 re-run from `colgraph_engine.index.stages`; per-question counts equal the search's "
+              "(stages 2-4 re-run from `colgraph_engine.prefilter.stages`; per-question counts equal the search's "
               "stats); the defaults and the cheapest store setting reaching recall 0.97.", "",
               "| stage | what | " + " | ".join(f"{label(key(x))} (store recall {x['recall10_store']:.4f})"
                                               for x in losses) + " |",

@@ -49,7 +49,7 @@ try:  # run_gpu.sh puts the installed layout (with colgraph_engine.kernels) on t
 except ImportError:
     sys.path.insert(0, str(HERE.parent))
 
-from colgraph_engine.index import PrefilterIndex, reference  # noqa: E402
+from colgraph_engine.prefilter import PrefilterIndex, reference  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 
 # (name, documents, tokens each, topics per document, corpus seed, query seed): peers_gpu.py's values
@@ -295,7 +295,7 @@ def prefilter_rows(run, name, values, nd, ld, qv, qo, nq, n_one, nbits, store, e
         extra = dict(extra, assume_finite=True)
         sec, res = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)
         stage = dict(res.stats["seconds"])
-        from colgraph_engine.index import search as _s
+        from colgraph_engine.prefilter import search as _s
         block, _s.QUERY_BLOCK_GPU = _s.QUERY_BLOCK_GPU, 128  # a larger block, same run
         try:
             sec32, _ = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)

@@ -99,7 +99,7 @@ def phases_run(pdfs, tmp: pathlib.Path) -> dict:
     import torch
 
     from colgraph_engine.encoders import EfficientNetPatchEncoder, MiniLMEncoder
-    from colgraph_engine.ingest.folder import _build_one, _report_of
+    from colgraph_engine.ingest.process import _build_one, _report_of
     from colgraph_engine.ingest.readers import read_path
     from colgraph_engine.kg import Encoders, KnowledgeIndex
     from colgraph_engine.kg.extract import PhraseExtractor

@@ -33,7 +33,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from colgraph_engine.index import PrefilterIndex  # noqa: E402
+from colgraph_engine.prefilter import PrefilterIndex  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 from prefilter_report import latency_ms, load_fast_plaid, recall_at_10, timed  # noqa: E402
 

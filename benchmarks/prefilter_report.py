@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import _harness as h  # noqa: E402
-from colgraph_engine.index import PrefilterIndex  # noqa: E402
+from colgraph_engine.prefilter import PrefilterIndex  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 from colgraph_engine.synthetic import clustered_corpus, queries_for  # noqa: E402
 

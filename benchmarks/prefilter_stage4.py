@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 import _harness as h  # noqa: E402
 from prefilter_pages import build_index, encode  # noqa: E402
 
-from colgraph_engine.index import stages  # noqa: E402
+from colgraph_engine.prefilter import stages  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 
 SETTINGS = {"defaults (ncells 1, threshold 0.5, ndocs 256)": {}, "ncells 2, ndocs 1024": {"ncells": 2, "ndocs": 1024}}

@@ -475,7 +475,7 @@ def report(out: dict) -> str:
           f" per page in one shard process here, so {m['stage1_s_per_shard_brute_force']:.1f} s per shard of "
           f"{m['pages_per_shard']:,.0f} pages per query. Shards scan in parallel, so that is the stage-1 latency: "
           "brute force does not meet interactive latency at this scale; a per-shard candidate prefilter "
-          "(the PLAID-style `colgraph_engine.index`, `recall_ranker=\"prefilter\"`: each shard its own) must cut the "
+          "(the PLAID-style `colgraph_engine.prefilter`, `recall_ranker=\"prefilter\"`: each shard its own) must cut the "
           "scanned units by ~100-1000x. "
           + (f"Measured here on 2 shards of {out['index']['documents'] // 2:,} pages: the slowest shard's stage 1 "
              f"{m['prefilter_stage1_ms_2_shards']:.1f} ms through its prefilter against {m['exact_stage1_ms_2_shards']:.1f}"

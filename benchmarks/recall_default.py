@@ -19,9 +19,9 @@ unit (16-256), units per document, d (64 / 128), topics (50-2000) and the spread
 
 **What is measured**: the exact top-Kd documents (Kd = 10, ``PipelineConfig.kd``; a document's
 score is its best unit's MaxSim, as the recall stage ranks them) against what the prefilter
-finds, through :meth:`colgraph_engine.index.PrefilterIndex.search_adaptive` with the recall
+finds, through :meth:`colgraph_engine.prefilter.PrefilterIndex.search_adaptive` with the recall
 stage's arguments (items grouped by document, the exact stage on the original vectors, the
-default :class:`~colgraph_engine.index.adaptive.Budget`), over a prefilter built as the index
+default :class:`~colgraph_engine.prefilter.adaptive.Budget`), over a prefilter built as the index
 builds a carried one (``PrefilterIndex.build`` defaults, nbits 2). Beside it, the budget the
 pipeline used before (PLAID's settings for ``max(prefilter_units, kd)`` = 64 units, the exact
 stage on the store). Speed: exact MaxSim over every unit (the pipeline's exact path, ``ops.maxsim``)
@@ -153,7 +153,7 @@ def shape_key(params: dict) -> str:
 
 def prefilter_for(name: str, params: dict, corpus: TopicCorpus, cache: bool = True):
     """``(PrefilterIndex built with the defaults a carried prefilter uses, build seconds or None when cached)``."""
-    from colgraph_engine.index import PrefilterIndex
+    from colgraph_engine.prefilter import PrefilterIndex
     f = CACHE / f"{name}-{shape_key(params)}.pt"
     if cache and f.is_file():
         return PrefilterIndex(torch.load(f, weights_only=False)), None

@@ -11,7 +11,7 @@ Quick start::
 """
 from .backend import report as backends
 from .graphed_search import GraphedSearch
-from .index import AutoSearcher, PrefilterIndex
+from .prefilter import AutoSearcher, PrefilterIndex
 from .ops import maxsim, maxsim_candidates, maxsim_topk, pooled_scores
 from .packed import pack, unpack
 from .store import PackedStore, StoreFormatError

@@ -1,7 +1,7 @@
 """Exact MaxSim from PLAID codes, decompression fused into scoring (the prefilter's last stage).
 
 For each listed (query, document) pair: ``score = Σ_i max_j <q_i, c[code_j] + w[bucket_j]>``
-(see :mod:`colgraph_engine.index.codec` for the residual layout). One program per pair:
+(see :mod:`colgraph_engine.prefilter.codec` for the residual layout). One program per pair:
 
 * the query's rows stay resident in ``[BLOCK_M, BLOCK_D]`` tiles (queries longer than BLOCK_M
   run in pieces inside the program: sums over disjoint rows add exactly);
@@ -142,7 +142,7 @@ def centroid_interaction(st: torch.Tensor, kept: torch.Tensor, probed: torch.Ten
     kept) and ``hit[p] = max_{c in cells(p)} probed[c]`` (``probed [C]`` uint8). `st`:
     ``[C, L]`` float32 contiguous, the query's token scores transposed. A document without
     cells gets ``full = pruned = -inf`` and ``hit = 0``. Summation order is the kernel's (the
-    torch path in :mod:`colgraph_engine.index.dense` may differ in the last bits)."""
+    torch path in :mod:`colgraph_engine.prefilter.dense` may differ in the last bits)."""
     n = cells_offsets.numel() - 1
     dev = st.device
     pruned = torch.empty(n, dtype=torch.float32, device=dev)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from colgraph_engine import cli_index
-from colgraph_engine.index import PrefilterIndex
+from colgraph_engine.prefilter import PrefilterIndex
 from colgraph_engine.kg import IndexFormatError, KnowledgeIndex
 from colgraph_engine.kg import index as index_module
 from colgraph_engine.kg import prefilters as pf_module

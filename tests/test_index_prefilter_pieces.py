@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from colgraph_engine import cli_index
-from colgraph_engine.index import PrefilterIndex
-from colgraph_engine.index import codec
-from colgraph_engine.index.layout import IndexState
+from colgraph_engine.prefilter import PrefilterIndex
+from colgraph_engine.prefilter import codec
+from colgraph_engine.prefilter.layout import IndexState
 from colgraph_engine.kg import IndexFormatError, KnowledgeIndex
 from colgraph_engine.kg import index as index_module
 from colgraph_engine.kg import prefilter_pieces as pieces_module

@@ -1,10 +1,10 @@
-"""The prefilter's build and search stages against the slow references (colgraph_engine.index.reference),
+"""The prefilter's build and search stages against the slow references (colgraph_engine.prefilter.reference),
 and recall against exact search on clustered synthetic data."""
 import pytest
 import torch
 
-from colgraph_engine.index import PrefilterIndex, Settings, codec, kmeans, reference, rescore, stages
-from colgraph_engine.index import search as psearch
+from colgraph_engine.prefilter import PrefilterIndex, Settings, codec, kmeans, reference, rescore, stages
+from colgraph_engine.prefilter import search as psearch
 from colgraph_engine.store import PackedStore
 from colgraph_engine.synthetic import clustered_corpus, queries_for
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from colgraph_engine.index import PrefilterIndex
-from colgraph_engine.index import dense as dense_mod
+from colgraph_engine.prefilter import PrefilterIndex
+from colgraph_engine.prefilter import dense as dense_mod
 
 
 def _clustered(n_docs, length, d=32, topics=24, seed=0):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from colgraph_engine.index import PrefilterIndex, reference
+from colgraph_engine.prefilter import PrefilterIndex, reference
 
 from .conftest import TRITON, TRITON_DEVICE
 

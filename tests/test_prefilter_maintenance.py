@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from colgraph_engine.index import AutoSearcher, PrefilterIndex, reference
-from colgraph_engine.index.persist import FormatError
+from colgraph_engine.prefilter import AutoSearcher, PrefilterIndex, reference
+from colgraph_engine.prefilter.persist import FormatError
 from colgraph_engine.store import PackedStore
 from colgraph_engine.synthetic import clustered_corpus, queries_for
 

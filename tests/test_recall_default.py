@@ -16,7 +16,7 @@ import torch
 
 from colgraph_engine import ops
 from colgraph_engine.demo_corpus import DEMO_QUESTIONS, _photo, demo_documents
-from colgraph_engine.index import PrefilterIndex, adaptive
+from colgraph_engine.prefilter import PrefilterIndex, adaptive
 from colgraph_engine.kg import Encoders, KnowledgeIndex
 from colgraph_engine.pipeline import Pipeline, PipelineConfig, Query
 from colgraph_engine.pipeline import recall as recall_mod

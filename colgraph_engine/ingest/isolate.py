@@ -26,7 +26,7 @@ interpreter cannot inherit it rebuilds: the encoders come from a picklable zero-
 clients, the OCR engine) come from :attr:`Isolation.setup`, called once in the worker.
 
 What crosses the pipe: path, document id and the call's options (pickled once per ingest call)
-one way; the file's :class:`~.folder.DocumentReport`, its
+one way; the file's :class:`~.process.DocumentReport`, its
 :class:`~colgraph_engine.kg.DocumentGraph` (pixels reduced to file paths) and its vectors back,
 with plain :mod:`pickle` (tensors travel as bytes, not as shared-memory handles, which would
 hold file descriptors and outlive a crash). Only the parent writes the index. The worker's
@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from .folder import DocumentReport, Job, process_file
+from .process import DocumentReport, Job, process_file
 from .readers.dispatch import kind_by_name
 
 DEFAULT_START_TIMEOUT = 600.0

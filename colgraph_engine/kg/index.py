@@ -422,7 +422,7 @@ class KnowledgeIndex:
                          rebuild_drift: float | None = _pf.DEFAULT_REBUILD_DRIFT,
                          progress: bool = False, commit: bool = True) -> dict[str, str]:
         """Makes the named stores carry a centroid prefilter (a
-        :class:`~colgraph_engine.index.PrefilterIndex` keyed by the stores' uids), maintained by
+        :class:`~colgraph_engine.prefilter.PrefilterIndex` keyed by the stores' uids), maintained by
         every later add and removal and, in a directory, committed with them (one manifest
         replace covers a change's rows and its prefilters). Builds each store's prefilter now
         when the store holds at least `min_tokens` tokens (else defers it to the first change
@@ -495,7 +495,7 @@ class KnowledgeIndex:
         return self._pf_declined
 
     def prefilter(self, store: str):
-        """The :class:`~colgraph_engine.index.PrefilterIndex` `store` carries (ids are the
+        """The :class:`~colgraph_engine.prefilter.PrefilterIndex` `store` carries (ids are the
         store's uids), or None (no prefilter configured for it, or its build is deferred).
         The object is replaced, never changed, by later commits."""
         if not isinstance(store, str):

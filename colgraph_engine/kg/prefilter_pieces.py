@@ -169,7 +169,7 @@ def continues(before, after) -> bool:
 
 
 def apply(arrays: dict[str, torch.Tensor], pieces: list[Piece], where) -> dict[str, torch.Tensor]:
-    """The base `arrays` (as :func:`colgraph_engine.index.persist.read` returns them) with every
+    """The base `arrays` (as :func:`colgraph_engine.prefilter.persist.read` returns them) with every
     piece's items appended and their deleted uids tombstoned; FormatError naming `where` for
     codes outside the centroids, negative lengths or ids, repeated ids, or a deleted uid that
     is not a live item."""

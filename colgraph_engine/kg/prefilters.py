@@ -2,7 +2,7 @@
 next prefilter of a store after a change, their folders inside the index directory, and the
 checks that a loaded prefilter agrees with its store.
 
-A carried prefilter is a :class:`~colgraph_engine.index.PrefilterIndex` over one store's live
+A carried prefilter is a :class:`~colgraph_engine.prefilter.PrefilterIndex` over one store's live
 items, keyed by the store's stable uids (``doc_number << 32 | local_id``), never by slots, so
 results map back to items exactly and a removed document's uids can be deleted from it. Rules
 (all ours, not taken from PLAID or ColBERT):
@@ -15,7 +15,7 @@ results map back to items exactly and a removed document's uids can be deleted f
 * **additions** are encoded against the existing centroids (:meth:`PrefilterIndex.add`); the
   drift (mean squared residual of the tokens added since the build over that at build) is
   recorded, and when it passes ``rebuild_drift`` (default :data:`DEFAULT_REBUILD_DRIFT` = 1.5, the
-  same as :data:`colgraph_engine.index.prefilter.DEFAULT_REBUILD_DRIFT`; None: never) the
+  same as :data:`colgraph_engine.prefilter.prefilter_index.DEFAULT_REBUILD_DRIFT`; None: never) the
   prefilter is rebuilt from the store's original vectors (not from decoded ones) during that
   commit. The drift is judged only once the tokens added since the last build reach
   :data:`DRIFT_MIN_ADDED` (ours: 0.1) times the tokens it was built over: a mean over a few
@@ -40,7 +40,7 @@ On disk a carried prefilter is a **base** plus **appended pieces** (the principl
 vector files: committed bytes never change, a commit writes O(the change)):
 
 * the base is one checksummed folder ``prefilter/<store>.<hex tag>/`` (the layout of
-  :mod:`colgraph_engine.index.persist`: centroids, cutoffs, weights, codes, residuals, offsets,
+  :mod:`colgraph_engine.prefilter.persist`: centroids, cutoffs, weights, codes, residuals, offsets,
   ids, alive and the drift bookkeeping at its writing), written by a build, a rebuild, a
   compaction or a settings change, named in the index manifest with the sha256 of its
   ``manifest.json``;
@@ -88,7 +88,7 @@ import numpy as np
 import torch
 
 from .. import _arraydir, _atomic
-from ..index import kmeans
+from ..prefilter import kmeans
 from . import prefilter_pieces as _pieces
 
 DEFAULT_STORES = ("segment", "table", "image")  # the recall stores: text side, then image side
@@ -236,7 +236,7 @@ def contents_after(store, added: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def build(settings: PrefilterSettings, values, offsets, uids, progress: bool = False):
     """A prefilter over packed items keyed by `uids` (deterministic: seeded k-means); `progress`:
     a tqdm bar over the k-means iterations."""
-    from ..index import PrefilterIndex
+    from ..prefilter import PrefilterIndex
     return PrefilterIndex.build(values, offsets, uids, nbits=settings.nbits, progress=progress)
 
 
@@ -245,7 +245,7 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
     after adding ``added = (values [t, d], offsets [k+1], uids [k])`` and removing the uids
     `removed` ``[r]``. `current` is never modified (the caller swaps in the result once the
     change is committed). See the module docstring for the rules."""
-    from ..index import PrefilterIndex
+    from ..prefilter import PrefilterIndex
     n_added = int(added[2].numel()) if added is not None else 0
     n_removed = int(removed.numel()) if removed is not None else 0
     if current is not None and not n_added and not n_removed:
@@ -388,7 +388,7 @@ def load(index_path: Path, store_name: str, entry: dict, store, settings: Prefil
     derived once over the whole; then checked against `store` (the same live uids with the same
     token counts, the settings' nbits, the store's dimension). FormatError naming the folder
     or piece otherwise."""
-    from ..index import PrefilterIndex, persist
+    from ..prefilter import PrefilterIndex, persist
     folder = index_path / FOLDER / entry["folder"]
     if not (folder / "manifest.json").is_file():
         raise FormatError(f"{folder}: prefilter of store {store_name!r} is missing (the manifest lists it)")

@@ -61,7 +61,7 @@ class PipelineConfig:
             ``"maxsim"`` (exact late interaction over every unit, bit-identical to the engine
             before ``"auto"`` existed), ``"pooled"`` (cosine of mean vectors, the single-vector
             baseline) or ``"prefilter"`` (a PLAID-style centroid prefilter,
-            :mod:`colgraph_engine.index`, over every recall store: the one the index carries,
+            :mod:`colgraph_engine.prefilter`, over every recall store: the one the index carries,
             else one built over the view on first use). ``"auto"``, per recall store (text and
             image side): a store with fewer than `prefilter_min_tokens` live tokens is scored
             exactly (no prefilter is built or read: exact MaxSim is faster there), with results
@@ -79,7 +79,7 @@ class PipelineConfig:
             means "the fastest exact-enough path", and may well be exact.
         prefilter_mode: with ``recall_ranker="prefilter"``: ``"auto"`` (per store, exact MaxSim
             when its estimated work is at most the prefilter's; see
-            :class:`~colgraph_engine.index.AutoSearcher`) or ``"prefilter"`` (always). Ours: auto.
+            :class:`~colgraph_engine.prefilter.AutoSearcher`) or ``"prefilter"`` (always). Ours: auto.
         prefilter_min_tokens: with ``recall_ranker="auto"``: stores with fewer live tokens are
             scored exactly, counted in tokens of d = 128 (a store of dimension d compares
             ``tokens x d / 128``: exact MaxSim's work grows with ``tokens x d``, the prefilter's
@@ -94,7 +94,7 @@ class PipelineConfig:
         prefilter_budget: how many items each query scores per store through a prefilter:
             ``"adaptive"`` (ours, the default: set per query from the corpus's centroid scores
             and the query's own score distribution; every item it returns is scored exactly;
-            :mod:`colgraph_engine.index.adaptive`) or ``"plaid"`` (PLAID's fixed settings for
+            :mod:`colgraph_engine.prefilter.adaptive`) or ``"plaid"`` (PLAID's fixed settings for
             k = ``max(prefilter_units, kd)`` items, the budget before ``"adaptive"``).
         prefilter_nbits: residual bits per dimension of the prefilters ``"prefilter"`` builds (1, 2 or 4; ours: 2).
         prefilter_units: with ``prefilter_budget="plaid"``: store items each query keeps per

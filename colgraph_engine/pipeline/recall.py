@@ -24,16 +24,16 @@ once per index and store. ``"auto"`` never builds a prefilter on the query path.
 ``recall_ranker="prefilter"``: a recall store whose index carries a prefilter
 (ids = the store's uids, persisted in the index directory and maintained by its commits) uses
 that one, whatever ``prefilter_nbits`` says (the reason names the carried nbits); any other
-recall store gets a :class:`~colgraph_engine.index.PrefilterIndex` over its live items (ids =
+recall store gets a :class:`~colgraph_engine.prefilter.PrefilterIndex` over its live items (ids =
 store slots, ``prefilter_nbits``) built on first use and kept for the lifetime of the view (a
 change of the index makes a new view, hence new prefilters). The carried one is taken once per
 view, and only while the index has not changed since the view was made (else the view builds its
 own, so the prefilter always describes the view's documents). Per store, an
-:class:`~colgraph_engine.index.AutoSearcher` decides between exact MaxSim over all units and the
+:class:`~colgraph_engine.prefilter.AutoSearcher` decides between exact MaxSim over all units and the
 prefilter (``prefilter_mode``).
 
 Through a prefilter, with ``prefilter_budget="adaptive"`` (default), each query's budget is
-set by :mod:`colgraph_engine.index.adaptive` so that its top-Kd documents are found (items are
+set by :mod:`colgraph_engine.prefilter.adaptive` so that its top-Kd documents are found (items are
 grouped by document), and every item it scored exactly enters the document scores; with
 ``"plaid"`` each query keeps its top ``max(prefilter_units, kd)`` units by PLAID's fixed
 settings. A document none of whose units was scored exactly scores ``-inf`` on that side (not
@@ -83,7 +83,7 @@ _STATE_TENSORS = ("centroids", "codes", "residuals", "offsets", "ids", "alive", 
 
 def _prefilter_for(view: IndexView, name: str, nbits: int):
     """The view's prefilter over store `name` (built on first use; ids are store slots)."""
-    from ..index import PrefilterIndex
+    from ..prefilter import PrefilterIndex
     per_view = _PREFILTERS.setdefault(view, {})
     key = (name, nbits)
     if key not in per_view:
@@ -101,7 +101,7 @@ def _prefilter_for(view: IndexView, name: str, nbits: int):
 def _carried_prefilter(view: IndexView, name: str):
     """The prefilter the index carries for store `name` as of this view (ids are uids), or
     None: none carried (deferred or not configured), or the index changed since the view."""
-    from ..index import PrefilterIndex
+    from ..prefilter import PrefilterIndex
     per_view = _PREFILTERS.setdefault(view, {})
     key = (name, "carried")
     if key not in per_view:
@@ -221,7 +221,7 @@ def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: Pipeli
     """Scores store `name` through a prefilter when the ranker (``"auto"`` or ``"prefilter"``)
     says so: fills `best` and returns True; returns False (the reason appended to `paths`) when
     exact MaxSim should run instead."""
-    from ..index import AutoSearcher
+    from ..prefilter import AutoSearcher
     n_live = _cached(view, (name, "live"), lambda: int(store.alive.sum()))
     if n_live == 0:
         return False

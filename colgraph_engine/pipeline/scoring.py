@@ -11,7 +11,7 @@ import torch
 
 from .. import ops
 from ..ops import reference
-from .view import Vectors
+from .view import Vectors, item_norms  # noqa: F401  (item_norms: re-exported)
 
 
 def as_store_dtype(qv: torch.Tensor, store: Vectors) -> torch.Tensor:
@@ -73,18 +73,6 @@ def cosine_pairs(store: Vectors, norms: np.ndarray, qvec: torch.Tensor, cand_off
     dots = score_pairs(store, q, qo, cand_offsets, cand_slots, "maxsim")
     n = norms[cand_slots]
     return np.where(n > 0, dots / np.maximum(n, 1e-30), 0.0).astype(np.float32)
-
-
-def item_norms(store: Vectors) -> np.ndarray:
-    """``[N]`` L2 norm of each item of a one-vector-per-item store (0 for an empty item)."""
-    v = store.values.float()
-    norms = torch.zeros(store.n_slots)
-    if v.shape[0]:
-        lengths = store.offsets.diff()
-        owner = torch.repeat_interleave(torch.arange(store.n_slots), lengths.cpu())
-        norms.index_add_(0, owner, v.norm(dim=1).cpu())
-        norms = norms / lengths.clamp(min=1).cpu()
-    return norms.numpy()
 
 
 def csr_from_lists(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

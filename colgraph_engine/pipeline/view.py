@@ -68,15 +68,26 @@ class Vectors:
 
     @cached_property
     def norms(self) -> np.ndarray:
-        """``[N]`` float32 mean L2 norm of each slot's vectors (:func:`~.scoring.item_norms`: the
+        """``[N]`` float32 mean L2 norm of each slot's vectors (:func:`item_norms`: the
         norm of a one-vector item), computed once per snapshot: the seeds stage's cosines divide by
         these rather than recomputing them over the whole store for every batch."""
-        from .scoring import item_norms
         return item_norms(self)
 
     dtype = property(lambda self: self.values.dtype)
     device = property(lambda self: self.values.device)
     dim = property(lambda self: int(self.values.shape[1]))
+
+
+def item_norms(store: Vectors) -> np.ndarray:
+    """``[N]`` L2 norm of each item of a one-vector-per-item store (0 for an empty item)."""
+    v = store.values.float()
+    norms = torch.zeros(store.n_slots)
+    if v.shape[0]:
+        lengths = store.offsets.diff()
+        owner = torch.repeat_interleave(torch.arange(store.n_slots), lengths.cpu())
+        norms.index_add_(0, owner, v.norm(dim=1).cpu())
+        norms = norms / lengths.clamp(min=1).cpu()
+    return norms.numpy()
 
 
 class IndexView:

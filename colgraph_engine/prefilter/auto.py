@@ -1,7 +1,7 @@
 """Auto mode: exact brute force over the store when it is cheaper, else the prefilter.
 
 :class:`AutoSearcher` holds a :class:`~colgraph_engine.store.PackedStore` (the full vectors) and
-optionally a :class:`~.prefilter.PrefilterIndex` over it. ``mode="auto"`` runs exact brute force
+optionally a :class:`~.prefilter_index.PrefilterIndex` over it. ``mode="auto"`` runs exact brute force
 when the store is resident on its device (a CPU store, or a CUDA store: both already fit) and
 its estimated work is at most the prefilter's; the choice and the numbers behind it are in the
 result's ``path`` and ``reason``.
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .prefilter import PrefilterIndex
+from .prefilter_index import PrefilterIndex
 from .search import SearchResult, Settings
 
 DECODE_COST = 2.0
