@@ -127,7 +127,7 @@ def build(n_docs: int, dtypes: list[str], folder: pathlib.Path, prefilter: bool,
 def carry(index) -> dict:
     """``colgraph index build``'s prefilters, built now (its min_tokens, which defers a small
     store, is kept as the settings; the build is forced by enabling with min_tokens 1 first)."""
-    from colgraph_engine.cli_index import carry_prefilters
+    from colgraph_engine.pipeline.recall import carry_default_prefilters as carry_prefilters
     events = carry_prefilters(index)
     if all(not v.startswith("built") for v in events.values()):
         events = index.enable_prefilter(min_tokens=1, progress=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from colgraph_engine.cli import main as colgraph
-from colgraph_engine.cli_index import disk_full_message
+from colgraph_engine.cli.common import disk_full_message
 from colgraph_engine.kg import Encoders, KnowledgeIndex
 
 WORDS = ("Zermatt Matterhorn Basel Rhine Danube Vienna Budapest Kyoto Temple Glacier Express Moritz Lisbon "

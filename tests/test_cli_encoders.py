@@ -162,7 +162,7 @@ def test_a_query_loads_each_model_once(models_index, capsys):
 def test_serve_reports_each_models_load_time_in_info(models_index):
     from fastapi.testclient import TestClient
 
-    from colgraph_engine import cli_serve
+    from colgraph_engine.cli import serve as cli_serve
     import argparse
 
     ap = argparse.ArgumentParser()

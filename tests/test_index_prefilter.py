@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from colgraph_engine import cli_index
+from colgraph_engine.cli import index as cli_index
 from colgraph_engine.prefilter import PrefilterIndex
 from colgraph_engine.kg import IndexFormatError, KnowledgeIndex
 from colgraph_engine.kg import index as index_module

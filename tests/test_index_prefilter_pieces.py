@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from colgraph_engine import cli_index
+from colgraph_engine.cli import index as cli_index
 from colgraph_engine.prefilter import PrefilterIndex
 from colgraph_engine.prefilter import codec
 from colgraph_engine.prefilter.layout import IndexState

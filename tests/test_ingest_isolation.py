@@ -268,7 +268,7 @@ def test_build_with_a_model_endpoint_builds_the_hooks_in_the_worker_and_reports_
 
 
 def test_the_cli_default_timeout_is_the_workers():
-    from colgraph_engine import cli_index
+    from colgraph_engine.cli import ingest_options as cli_ingest_options
     from colgraph_engine.ingest import isolate
 
-    assert cli_index.DEFAULT_FILE_TIMEOUT == isolate.DEFAULT_FILE_TIMEOUT == Isolation().timeout
+    assert cli_ingest_options.DEFAULT_FILE_TIMEOUT == isolate.DEFAULT_FILE_TIMEOUT == Isolation().timeout

@@ -592,7 +592,7 @@ def test_colgraph_serve_model_options_answer_and_extract_through_an_endpoint(ind
     real loopback stand-in of an OpenAI-compatible endpoint)."""
     import argparse
 
-    from colgraph_engine import cli_serve
+    from colgraph_engine.cli import serve as cli_serve
     from colgraph_engine.ingest import prompts
     from colgraph_engine.pipeline import OpenAIGenerator
     from tests.chat_standin import chat_standin

@@ -402,3 +402,17 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
         docs.append(view.numbers[o[keep].numpy()])
         scores.append(sc[keep].numpy().astype(np.float32))
     return Recall(docs, scores, [tuple(s) for s in sides], units, paths, budget)
+
+
+def carry_default_prefilters(index, *, commit: bool = True) -> dict[str, str]:
+    """Makes a new index carry the recall stores' prefilters, each deferred until its store is
+    large enough for the default ``recall_ranker="auto"`` to use it (``prefilter_min_tokens``
+    tokens of d = 128, scaled by the largest store dimension): a small index never pays a
+    k-means, a large one has its prefilter built and kept up to date by its commits. What
+    ``colgraph index build`` and the service's writer both do to a new index (`commit`: False
+    leaves the settings to the caller's next commit)."""
+    from ..kg import prefilters
+
+    widest = max((d for s, d in index.dims.items() if s in prefilters.DEFAULT_STORES), default=AUTO_DIM)
+    min_tokens = max(prefilters.DEFAULT_MIN_TOKENS, PipelineConfig().prefilter_min_tokens * AUTO_DIM // widest)
+    return index.enable_prefilter(min_tokens=min_tokens, commit=commit)

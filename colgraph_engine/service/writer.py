@@ -424,15 +424,15 @@ class IndexWriter:
 def carry_prefilters(index) -> dict[str, str]:
     """Before the writer's first change to an index that carries no prefilters (made through the
     Python API, or by a version before ``colgraph index build`` carried them), makes it carry the
-    recall stores' prefilters as ``colgraph index build`` does (:func:`colgraph_engine.cli_index.
-    carry_prefilters`: deferred below the size where the default ``recall_ranker="auto"`` uses
+    recall stores' prefilters as ``colgraph index build`` does (:func:`colgraph_engine.pipeline.recall.
+    carry_default_prefilters`: deferred below the size where the default ``recall_ranker="auto"`` uses
     them, then built and maintained by the commits), committed by the change itself
     (``enable_prefilter(commit=False)``: a change that fails leaves the directory as it was). An index whose
     prefilters were turned off (``disable_prefilter``, ``colgraph index build --no-prefilter``,
     ``colgraph index prefilter --off``) is left as it is. Returns what happened per store ({}: nothing)."""
     if index.prefilter_info() is not None or index.prefilter_declined:
         return {}
-    from ..cli_index import carry_prefilters as carry
+    from ..pipeline.recall import carry_default_prefilters as carry
     events = carry(index, commit=False)
     log.info("colgraph serve: the index now carries prefilters (%s)", events)
     return events

@@ -53,7 +53,7 @@ def answer_generator(args):
     import importlib.util
     if importlib.util.find_spec("openai") is None:  # the llm extra
         raise ImportError("--llm-url needs the llm extra (pip install 'colgraph_engine[llm]'): no module openai")
-    from .pipeline import OpenAIGenerator
+    from ..pipeline import OpenAIGenerator
     return OpenAIGenerator(model, base_url=url, api_key=os.environ.get(args.api_key_env) or None,
                            timeout=args.timeout, max_retries=0)
 
@@ -93,7 +93,7 @@ class _EmptyAnswer(ValueError):
 def ask(generator, r):
     """Asks `generator` to answer from `r`'s context; sets ``r.answer`` (an Answer whose error is
     one line naming the URL) and returns the error line or None."""
-    from .pipeline.context import Answer
+    from ..pipeline.context import Answer
 
     t0 = time.perf_counter()
     try:
@@ -190,7 +190,6 @@ def print_answer(r, generator, out=None, *, context_chars: int = 4000) -> None:
 
 def finish_query(r, args, generator, json_default) -> int:
     """Asks the model (when one is named), prints the result as text or ``--json``; the exit code."""
-    from .cli import print_result
 
     error = ask(generator, r) if generator is not None else None
     if error:
@@ -207,3 +206,51 @@ def finish_query(r, args, generator, json_default) -> int:
 
 __all__ = ["EXIT_NO_ANSWER", "SCHEMA_VERSION", "add_answer_options", "answer_generator", "ask", "citations_of",
            "finish_query", "print_answer", "query_json", "why_failed"]
+
+
+def _fmt_box(b):
+    return "-" if b is None else "(" + ", ".join(f"{x:.2f}" for x in b) + ")"
+
+
+def print_result(r, out=None, *, context_chars: int = 1200) -> None:
+    """Every stage of one result, with the citation (``[doc p.N]``, ``[doc p.N box (...)]``) of each
+    image, source and record."""
+    from ..pipeline.citations import record_citation
+    from ..pipeline.evidence import by_score
+    out = sys.stdout if out is None else out
+    w = lambda s="": print(s, file=out)  # noqa: E731
+    q = r.query
+    w(f"Q: {q.question}" + (f"   [query image; caption: {q.caption!r}]" if q.image is not None else ""))
+    w(f"  1 recall ({'+'.join(r.recall_sides)}): " + ", ".join(f"{d} {s:.4f}" for d, s in r.documents[:5]))
+    w(f"  3 seeds: entities {r.seed_entities[:6]}  relations {[f'{a} - {b}' for a, b in r.seed_relations[:3]]}")
+    c = r.counts
+    w(f"  4 expansion: {c['expand']['nodes']} nodes, {c['expand']['relations']} relations kept "
+      f"({r.config.filter} filter, l = {r.config.hops})")
+    label = {"text_view": "text views: caption, OCR, region labels; no text-image model",
+             "patches": "image patches"}.get(r.image_units, "off")
+    why = "question tokens (no visual cue)" if r.visual_used_question else f"C_vis {list(r.visual_phrases.phrases)}"
+    if q.caption.strip():
+        why = (f"{why} + " if r.visual_phrases.has_visual_cue else "") + f"the caption {q.caption.strip()!r}"
+    if q.image is not None and r.visual_used_question:
+        why = "the query image's patches alone (no visual cue, no caption)"
+    w(f"  5 images by {r.config.visual_ranker} of {why} vs {label}:")
+    for h in r.images[:5]:
+        what = h.image if h.kind == "image" else f"{h.image} / {h.name}"
+        w(f"      {h.score:7.3f}  {h.kind:<6} {what:<32} box {_fmt_box(h.bbox)}  {h.cite or '[' + h.doc_id + ']'}")
+    w("  6 records:")
+    for rec in sorted(r.evidence.records, key=lambda x: -by_score(x.score))[:5]:
+        where = f"{rec.image} {_fmt_box(rec.bbox)}" if rec.image else f"segments {list(rec.segments)}"
+        w(f"      ({rec.subject} | {rec.predicate} | {rec.object})  {record_citation(rec).label()} {where}")
+    w("    sources:")
+    for s in r.evidence.sources[:5]:
+        w(f"      {s['score']:7.3f}  {s['name']:<12} {s.get('cite', '[' + s['doc_id'] + ']')}")
+    w(f"     G_e {r.evidence.ge_nodes.size} nodes -> G* {r.evidence.gstar_nodes.size} nodes")
+    text = r.context.render()
+    w(f"  7 context ({sum(r.context.tokens.values())} tokens):")
+    for line in (text[:context_chars] + (" ..." if len(text) > context_chars else "")).splitlines():
+        w(f"      {line}")
+    if r.answer is not None:
+        w(f"  answer: {r.answer.text!r}" + (f" (error: {r.answer.error})" if r.answer.error else ""))
+    w("  ms per stage (batch): " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in r.timings.items()))
+    for n in r.notes:
+        w(f"  note: {n}")

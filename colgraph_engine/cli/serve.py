@@ -37,7 +37,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    from .cli import add_encoder_options
+    from .common import add_encoder_options
 
     p = sub.add_parser("serve", help="serve an index over HTTP (queries with dynamic batching, uploads, removals)")
     p.add_argument("index", help="the index directory")
@@ -75,15 +75,15 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--cache", default=None, help="model reply cache folder (default INDEX.llm-cache)")
     p.add_argument("--ocr", action="store_true", help="OCR uploaded pages without a text layer (RapidOCR)")
-    from .cli_index import isolation_options
+    from .ingest_options import isolation_options
     isolation_options(p)
 
 
 def build_app(args):
     """The FastAPI app ``args`` describe (ValueError/TypeError for bad settings)."""
-    from .cli import _open_index, checked_device
-    from .pipeline import PipelineConfig
-    from .service import ServiceConfig, create_app
+    from .common import _open_index, checked_device
+    from ..pipeline import PipelineConfig
+    from ..service import ServiceConfig, create_app
 
     token = args.token
     if args.token_env:
@@ -100,10 +100,10 @@ def build_app(args):
     if args.generator_url and not args.generator_model:
         raise ValueError("--generator-url: name the model too (--generator-model)")
     if args.generator_model:
-        from .pipeline import OpenAIGenerator
+        from ..pipeline import OpenAIGenerator
         generator = OpenAIGenerator(args.generator_model, base_url=args.generator_url,
                                     api_key=os.environ.get(args.api_key_env), timeout=args.timeout)
-    from .cli_index import _hooks, _limits, file_worker, reader_limits  # as `colgraph index add` does
+    from .ingest_options import _hooks, _limits, file_worker, reader_limits  # as `colgraph index add` does
     if args.cache is not None:
         args.cache = Path(args.cache)
     max_file_mb, max_pages, max_text_mb, file_timeout, memory_gb = _limits(args)
@@ -119,7 +119,7 @@ def build_app(args):
     else:
         ingest_options.update(_hooks(args, Path(args.index)))
         if args.ocr:
-            from .encoders.ocr import RapidOcr
+            from ..encoders.ocr import RapidOcr
             reader_options["ocr"] = RapidOcr()
     ingest_options["reader_options"] = reader_options
     return create_app(index, enc, pipeline_config=config, service=service, generator=generator,

@@ -38,20 +38,14 @@ free space, and exits 1; the index keeps its last commit.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
-# Ours: a 512 MiB file is a large scanned book; 5,000 pages is past the longest manuals and
-# standards we know of, and bounds the time one PDF takes (about 4 minutes for 5,000 blank pages
-# here). The file timeout is the worker's (colgraph_engine.ingest.isolate.DEFAULT_FILE_TIMEOUT).
-DEFAULT_MAX_FILE_MB = 512.0
-DEFAULT_MAX_PAGES = 5000
-DEFAULT_MAX_TEXT_MB = 4.0
-DEFAULT_FILE_TIMEOUT = 1800.0
+from ..pipeline.recall import carry_default_prefilters as carry_prefilters
+from .common import disk_full_message, is_disk_full
+from .ingest_options import _clients, _hooks, _limits, file_worker, isolation_options
+
 # A new index's vectors: float16 halves float32's bytes per token (256 instead of 512 at d = 128)
 # and kept the exact top-10 of every measured question (benchmarks/vector_dtype.py); bfloat16 scores
 # faster on CPUs with AVX512-BF16 but its 8-bit mantissa moved some near-ties. Our choice.
@@ -96,7 +90,7 @@ def add_parser(sub) -> None:
 
 
 def _ingest_options(p, new_index: bool = False) -> None:
-    from .cli import add_encoder_options
+    from .common import add_encoder_options
 
     add_encoder_options(p, new_index=new_index, scoring=False)
     p.add_argument("--ocr", action="store_true", help="OCR pages without a text layer (RapidOCR)")
@@ -122,25 +116,8 @@ def _ingest_options(p, new_index: bool = False) -> None:
     isolation_options(p)
 
 
-def isolation_options(p) -> None:
-    """The worker and per-file limit flags, shared by ``index build/add`` and ``serve``."""
-    p.add_argument("--no-isolate", dest="isolate", action="store_false",
-                   help="process files in this process, not in a worker (debugging; a crash ends the run)")
-    p.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB,
-                   help=f"files larger than this (MiB) are not read; 0: no limit (default {DEFAULT_MAX_FILE_MB:g})")
-    p.add_argument("--max-pages", type=int, default=DEFAULT_MAX_PAGES,
-                   help=f"pages read per PDF, the rest left out with a warning; 0: all (default {DEFAULT_MAX_PAGES})")
-    p.add_argument("--max-text-mb", type=float, default=DEFAULT_MAX_TEXT_MB,
-                   help=f"MiB read per text or Markdown file, the rest left out with a warning; 0: all "
-                        f"(default {DEFAULT_MAX_TEXT_MB:g})")
-    p.add_argument("--file-timeout", type=float, default=None,
-                   help=f"seconds per file, then the worker is killed; 0: none (default {DEFAULT_FILE_TIMEOUT:g})")
-    p.add_argument("--worker-memory-gb", type=float, default=None,
-                   help="GiB the worker's address space may grow past its start; 0: no cap (default)")
-
-
 def run(args) -> int:
-    from .ingest.isolate import WorkerError
+    from ..ingest.isolate import WorkerError
 
     where = getattr(args, "out", None) or getattr(args, "index", None)
     try:
@@ -159,40 +136,10 @@ def run(args) -> int:
         return 1
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    """True for "no space left on device" and "disk quota exceeded"."""
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def disk_full_message(exc: OSError, where) -> str:
-    """One line: what ran out, at which path, the free space there and, when known, the space needed."""
-    path = Path(exc.filename) if exc.filename else Path(where) if where is not None else Path.cwd()
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
-    try:
-        usage = shutil.disk_usage(probe)
-        space = f"{_size(usage.free)} free of {_size(usage.total)} on the file system of {probe}"
-    except OSError:
-        space = "free space unknown"
-    needed = getattr(exc, "needed_bytes", None)
-    need = f"; this commit needs at least {_size(needed)} for its vectors alone" if needed else ""
-    return (f"{what} writing {path}: {space}{need}. Nothing of the failed commit was kept; "
-            "free space (or choose another --out) and run the command again")
-
-
-def _size(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:,} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1024
-
-
 def _build(args) -> int:
-    from .cli import _names, _open_index, checked_device, load_set
-    from .encoders.sets import DEFAULT, EncoderSpec, describe_spec
-    from .kg import KnowledgeIndex
+    from .common import _names, _open_index, checked_device, load_set
+    from ..encoders.sets import DEFAULT, EncoderSpec, describe_spec
+    from ..kg import KnowledgeIndex
 
     if not args.dir.is_dir():
         raise ValueError(f"DIR: not a folder: {args.dir}")
@@ -216,22 +163,8 @@ def _build(args) -> int:
     return _ingest_and_report(index, [args.dir], args, args.out)
 
 
-def carry_prefilters(index, *, commit: bool = True) -> dict[str, str]:
-    """Makes a new index carry the recall stores' prefilters, each deferred until its store is
-    large enough for the default ``recall_ranker="auto"`` to use it (``prefilter_min_tokens``
-    tokens of d = 128, scaled by the largest store dimension): a small index never pays a
-    k-means, a large one has its prefilter built and kept up to date by its commits."""
-    from .kg import prefilters
-    from .pipeline.config import PipelineConfig
-    from .pipeline.recall import AUTO_DIM
-
-    widest = max((d for s, d in index.dims.items() if s in prefilters.DEFAULT_STORES), default=AUTO_DIM)
-    min_tokens = max(prefilters.DEFAULT_MIN_TOKENS, PipelineConfig().prefilter_min_tokens * AUTO_DIM // widest)
-    return index.enable_prefilter(min_tokens=min_tokens, commit=commit)
-
-
 def _add(args) -> int:
-    from .cli import _open_index, checked_device
+    from .common import _open_index, checked_device
 
     index, _ = _open_index(str(args.index), args.encoders, checked_device(args.device))
     for p in args.paths:
@@ -240,26 +173,8 @@ def _add(args) -> int:
     return _ingest_and_report(index, args.paths, args, args.index)
 
 
-def _limits(args) -> tuple[float | None, int | None, float | None, float | None, float | None]:
-    """``--max-file-mb``, ``--max-pages``, ``--max-text-mb``, ``--file-timeout``, ``--worker-memory-gb``
-    (0: None)."""
-    if not args.isolate:
-        for flag, value in (("--file-timeout", args.file_timeout), ("--worker-memory-gb", args.worker_memory_gb)):
-            if value:
-                raise ValueError(f"{flag}: needs the worker process; drop --no-isolate")
-    timeout = DEFAULT_FILE_TIMEOUT if args.file_timeout is None else args.file_timeout
-    out = []
-    for flag, value, kind in (("--max-file-mb", args.max_file_mb, float), ("--max-pages", args.max_pages, int),
-                              ("--max-text-mb", args.max_text_mb, float), ("--file-timeout", timeout, float),
-                              ("--worker-memory-gb", args.worker_memory_gb or 0, float)):
-        if not value >= 0 or value == float("inf"):
-            raise ValueError(f"{flag}: expected a finite number >= 0 (0: no limit), got {value!r}")
-        out.append(kind(value) if value else None)
-    return tuple(out)
-
-
 def _ingest_and_report(index, sources, args, where: Path) -> int:
-    from .ingest.folder import IngestReport, ingest
+    from ..ingest.folder import IngestReport, ingest
 
     max_file_mb, max_pages, max_text_mb, file_timeout, memory_gb = _limits(args)
     reader_options = {"render_pages": args.render_pages, "extract_images": args.extract_images}
@@ -279,7 +194,7 @@ def _ingest_and_report(index, sources, args, where: Path) -> int:
     else:
         hooks = _hooks(args, where)
         if args.ocr:
-            from .encoders.ocr import RapidOcr
+            from ..encoders.ocr import RapidOcr
             reader_options["ocr"] = RapidOcr()
     total = IngestReport()
     try:
@@ -311,103 +226,8 @@ def _ingest_and_report(index, sources, args, where: Path) -> int:
     return 0
 
 
-_HOOK_FLAGS = ("llm_url", "llm_model", "vision_model", "caption_model", "api_key_env", "gleaning", "concurrency",
-               "timeout", "cache", "ocr")
-
-
-def file_worker(args, encoders, where: Path, file_timeout: float | None, memory_gb: float | None,
-                device: str = "cpu"):
-    """The supervised worker for files to ingest into the index at `where` (started on its first
-    file): the encoders rebuilt in it from the set they describe (on `device`; from the folder
-    ``args.encoders`` names, when it names one), the model hooks and OCR engine `args` ask for."""
-    from functools import partial
-
-    from .encoders.sets import load_encoders, spec_of
-    from .ingest.isolate import FileWorker, Isolation
-
-    _check_hooks(args)  # here; the worker builds its own hooks and OCR engine
-    described = encoders.describe()
-    named = getattr(args, "encoders", None)
-    spec = named if named is not None and not isinstance(named, str) else spec_of(described)
-    if spec is None:
-        raise ValueError(f"encoders: {described} are no named set; the worker cannot rebuild them (use --no-isolate)")
-    src = (described.get("tokens") or {}).get("source")
-    # a moved model folder: the worker loads it from where it is now and describes it as recorded
-    moved = tuple(src.items()) if src and src.get("path") != spec.path else None
-    factory = partial(load_encoders, (spec.kind, spec.path), device, moved)
-    return FileWorker(Isolation(encoders=factory, timeout=file_timeout, memory_gb=memory_gb,
-                                setup=partial(_worker_setup, _hook_options(args), str(where))), encoders)
-
-
-def reader_limits(max_pages: int | None, max_text_mb: float | None) -> dict:
-    """The reader options of the page and text limits (None: no limit)."""
-    return {k: v for k, v in (("max_pages", max_pages), ("max_text_mb", max_text_mb)) if v is not None}
-
-
-def _hook_options(args) -> dict:
-    return {k: getattr(args, k) for k in _HOOK_FLAGS}
-
-
-def _worker_setup(options: dict, where: str) -> dict:
-    """Run in the ingest worker: the model hooks and the OCR engine the options ask for."""
-    out = dict(_hooks(argparse.Namespace(**options), Path(where)))
-    if options["ocr"]:
-        from .encoders.ocr import RapidOcr
-        out["ocr"] = RapidOcr()
-    return out
-
-
-def _check_hooks(args) -> bool:
-    """ValueError unless the model options fit together; whether any model is asked for."""
-    if not any((args.llm_model, args.vision_model, args.caption_model)):
-        if args.llm_url:
-            raise ValueError("--llm-url: name at least one of --llm-model, --vision-model, --caption-model")
-        return False
-    if not args.llm_url:
-        raise ValueError("--llm-model / --vision-model / --caption-model: --llm-url (the endpoint) is needed")
-    return True
-
-
-def _hooks(args, where: Path) -> dict:
-    """The model hooks the options ask for (none by default: the offline build)."""
-    if not _check_hooks(args):
-        return {}
-    from .ingest.cache import ResponseCache
-    from .ingest.chat import ChatClient
-    from .ingest.hooks import CaptionHook, LLMExtractor, VisionHook
-
-    cache = ResponseCache(args.cache if args.cache is not None else where.with_name(where.name + ".llm-cache"))
-    key = os.environ.get(args.api_key_env)
-    clients = {}
-
-    def client(model):
-        if model not in clients:
-            clients[model] = ChatClient(args.llm_url, model, api_key=key, timeout=args.timeout,
-                                        concurrency=args.concurrency, cache=cache)
-        return clients[model]
-
-    out = {}
-    if args.llm_model:
-        out["extractor"] = LLMExtractor(client(args.llm_model), gleaning=args.gleaning)
-    if args.vision_model:
-        out["vision"] = VisionHook(client(args.vision_model))
-    if args.caption_model:
-        out["caption"] = CaptionHook(client(args.caption_model))
-    return out
-
-
-def _clients(hooks: dict) -> list:
-    seen, out = set(), []
-    for h in hooks.values():
-        c = getattr(h, "client", None)
-        if c is not None and id(c) not in seen:
-            seen.add(id(c))
-            out.append(c)
-    return out
-
-
 def _remove(args) -> int:
-    from .kg import KnowledgeIndex
+    from ..kg import KnowledgeIndex
 
     index = KnowledgeIndex.open(args.index)  # removing encodes nothing: no model is loaded
     missing = [d for d in args.doc_ids if d not in index]
@@ -421,7 +241,7 @@ def _remove(args) -> int:
 
 
 def _info(args) -> int:
-    from .kg.index import _read_manifest
+    from ..kg.index import _read_manifest
 
     m = _read_manifest(args.index)
     docs = list(m["documents"])  # format 3: read from the part files
@@ -445,9 +265,9 @@ def _info(args) -> int:
 
 
 def _prefilter(args) -> int:
-    from .kg import KnowledgeIndex
-    from .kg import prefilters
-    from .kg.index import _read_manifest
+    from ..kg import KnowledgeIndex
+    from ..kg import prefilters
+    from ..kg.index import _read_manifest
 
     index = KnowledgeIndex.open(args.index, repair_prefilter=args.repair)
     if args.off:
@@ -480,8 +300,8 @@ def _prefilter_line(p) -> str:
 
 
 def _verify(args) -> int:
-    from .kg import KnowledgeIndex
-    from .kg.index import IndexFormatError
+    from ..kg import KnowledgeIndex
+    from ..kg.index import IndexFormatError
 
     try:
         index = KnowledgeIndex.open(args.index, verify=True)
@@ -495,7 +315,7 @@ def _verify(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:  # for `python -m colgraph_engine.cli_index`
+def main(argv=None) -> int:  # for `python -m colgraph_engine.cli.index`
     ap = argparse.ArgumentParser(prog="colgraph")
     add_parser(ap.add_subparsers(dest="command", required=True))
     return run(ap.parse_args(argv))
