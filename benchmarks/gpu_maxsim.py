@@ -63,7 +63,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
 import colgraph_engine as cg  # noqa: E402
-from colgraph_engine.graphed_search import GraphedSearch  # noqa: E402
+from colgraph_engine.store.graphed_search import GraphedSearch  # noqa: E402
 from colgraph_engine.ops import reference  # noqa: E402
 
 try:

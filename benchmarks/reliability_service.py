@@ -171,9 +171,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     import colgraph_engine
-    from colgraph_engine.demo_corpus import demo_documents
+    from colgraph_engine.demos.corpus import demo_documents
     from colgraph_engine.kg import Encoders, KnowledgeIndex
-    from colgraph_engine.kg import demo_data as kg_demo
+    from colgraph_engine.demos import kg_data as kg_demo
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="reliability_service-"))
     standin = _Standin()

@@ -11,7 +11,7 @@ Three parts, each printing figures that go into ``benchmarks/results/reliability
 * ``memory``: peak extra RSS of ``maxsim_topk`` with ``normalize=False`` and ``True`` on a large
   packed fp32 collection, each in its own subprocess (VmHWM reset through
   ``/proc/self/clear_refs`` after the data is built, else RSS sampled).
-* ``bad_input``: a battery of bad arguments to the public API of store.py, ops/ and packed.py:
+* ``bad_input``: a battery of bad arguments to the public API of store/, ops/ and packed.py:
   silent wrong behaviours, errors that do not name the argument, errors of other types than
   TypeError/ValueError.
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from colgraph_engine.demo_corpus import demo_documents  # noqa: E402
+from colgraph_engine.demos.corpus import demo_documents  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex  # noqa: E402
 from tests.test_ingest_bounded import bomb_pdf  # noqa: E402
 

@@ -10,7 +10,7 @@ Quick start::
 ``cg.backends()`` tells which implementations can run here and why not.
 """
 from .backend import report as backends
-from .graphed_search import GraphedSearch
+from .store import GraphedSearch
 from .prefilter import AutoSearcher, PrefilterIndex
 from .ops import maxsim, maxsim_candidates, maxsim_topk, pooled_scores
 from .packed import pack, unpack

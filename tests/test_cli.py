@@ -6,7 +6,7 @@ import json
 import pytest
 
 from colgraph_engine.cli import main
-from colgraph_engine.demo_corpus import DEMO_QUESTIONS, _photo, demo_documents
+from colgraph_engine.demos.corpus import DEMO_QUESTIONS, _photo, demo_documents
 from colgraph_engine.kg import Encoders, KnowledgeIndex
 
 

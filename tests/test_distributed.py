@@ -16,11 +16,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from colgraph_engine.demo_corpus import DEMO_QUESTIONS, _photo, demo_documents  # noqa: E402
+from colgraph_engine.demos.corpus import DEMO_QUESTIONS, _photo, demo_documents  # noqa: E402
 from colgraph_engine.distributed import ShardedIndex, ShardedPipeline, ShardMap, ShardUnavailableError  # noqa: E402
 from colgraph_engine.graph import NodeKind  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex, build_document_graph, encode_document, normalize_name  # noqa: E402
-from colgraph_engine.kg import demo_data as kg_demo  # noqa: E402
+from colgraph_engine.demos import kg_data as kg_demo  # noqa: E402
 from colgraph_engine.pipeline import Pipeline, PipelineConfig, Query  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

@@ -206,7 +206,7 @@ def test_warmup_compiles_then_queries_read_nothing_back(kernels_run_on_the_devic
 def test_graphed_search_equals_search_and_follows_writes(kernels_run_on_the_device):
     """The graph path itself needs CUDA (the GPU benchmark runs it); here the same object runs
     the eager device work, which must read nothing back and equal :meth:`search`."""
-    from colgraph_engine.graphed_search import GraphedSearch
+    from colgraph_engine.store.graphed_search import GraphedSearch
     store = make_store([3, 9, 0, 17, 64, 65], 16, torch.float32, seed=8)
     fast = GraphedSearch(store, n_queries=2, query_len=5, k=3, backend="triton")
     q = torch.randn(10, 16, generator=torch.Generator().manual_seed(9))
@@ -220,7 +220,7 @@ def test_graphed_search_equals_search_and_follows_writes(kernels_run_on_the_devi
 
 
 def test_graphed_search_sees_a_new_snapshot():
-    from colgraph_engine.graphed_search import GraphedSearch
+    from colgraph_engine.store.graphed_search import GraphedSearch
     store = make_store([3, 9], 16, torch.float32, seed=10)
     fast = GraphedSearch(store, n_queries=1, query_len=4, k=1, backend="triton")
     q = torch.randn(4, 16, generator=torch.Generator().manual_seed(11))

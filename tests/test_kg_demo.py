@@ -1,7 +1,7 @@
 """The knowledge-graph demo runs end to end offline and leaves a loadable index behind."""
 import re
 
-from colgraph_engine import kg_demo
+from colgraph_engine.demos import kg_demo
 from colgraph_engine.kg import KnowledgeIndex
 
 
@@ -17,3 +17,17 @@ def test_kg_demo_builds_lists_and_answers(tmp_path, capsys):
     index = KnowledgeIndex.open(tmp_path / "idx")
     assert index.documents == ["fuji-ride", "shizuoka-tea", "tokyo-station"]
     assert index.counts["region_vectors"] == 3
+
+
+def test_colgraph_demo_runs_the_other_demos(tmp_path, capsys):
+    """`colgraph demo kg|store [options]` runs the knowledge-graph and the store demos with their
+    own options (the colgraph-kg-demo / colgraph-demo entry points are the same functions)."""
+    from colgraph_engine.cli import main as colgraph
+
+    assert colgraph(["demo", "kg", "--out", str(tmp_path / "kg")]) == 0
+    out = capsys.readouterr().out
+    assert "region 'relation-1' of fuji-ride bbox (0.0, 0.05, 0.9, 0.95)" in out
+    assert KnowledgeIndex.open(tmp_path / "kg").documents == ["fuji-ride", "shizuoka-tea", "tokyo-station"]
+    assert colgraph(["demo", "store", "--docs", "60", "--queries", "4", "--dim", "32"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"store: 60 documents, \d+ tokens, d=32", out) and "Hit@1" in out

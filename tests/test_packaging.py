@@ -29,7 +29,7 @@ def wheel(tmp_path_factory):
 def test_wheel_contents(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("colgraph_engine/_core") and n.endswith(".so") for n in names)
-    for needed in ("colgraph_engine/kernels/maxsim.py", "colgraph_engine/ops/scoring.py", "colgraph_engine/store.py"):
+    for needed in ("colgraph_engine/kernels/maxsim.py", "colgraph_engine/ops/scoring.py", "colgraph_engine/store/packed_store.py"):
         assert needed in names
     assert not any(n.startswith(("tests/", "benchmarks/", "kernels/")) for n in names)
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from colgraph_engine.demo_corpus import DEMO_QUESTIONS, _photo, demo_documents
+from colgraph_engine.demos.corpus import DEMO_QUESTIONS, _photo, demo_documents
 from colgraph_engine.encoders import Encoder
 from colgraph_engine.graph import KnowledgeGraph, NodeKind
 from colgraph_engine.kg import DocumentInput, Encoders, KnowledgeIndex, Section
-from colgraph_engine.kg import demo_data as kg_demo
+from colgraph_engine.demos import kg_data as kg_demo
 from colgraph_engine.kg.vectors import image_text_view, region_text_view
 from colgraph_engine.pipeline import CrossSpaceError, OpenAIGenerator, Pipeline, PipelineConfig, Query, count_tokens
 from colgraph_engine.pipeline.graph_retrieval import WALK_KINDS

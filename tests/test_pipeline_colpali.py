@@ -8,7 +8,7 @@ pytest.importorskip("colpali_engine")
 from colgraph_engine.encoders import HashingTextEncoder  # noqa: E402
 from colgraph_engine.encoders.colpali import ColPaliEncoder  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex  # noqa: E402
-from colgraph_engine.kg import demo_data  # noqa: E402
+from colgraph_engine.demos import kg_data as demo_data  # noqa: E402
 from colgraph_engine.pipeline import Pipeline, PipelineConfig  # noqa: E402
 
 from .tiny_models import tiny_qwen2  # noqa: E402

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from colgraph_engine.demo_corpus import DEMO_QUESTIONS, demo_documents
+from colgraph_engine.demos.corpus import DEMO_QUESTIONS, demo_documents
 from colgraph_engine.kg import Encoders, KnowledgeIndex
 from colgraph_engine.pipeline import Pipeline, PipelineConfig
 from colgraph_engine.pipeline import recall as recall_mod

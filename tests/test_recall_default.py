@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from colgraph_engine import ops
-from colgraph_engine.demo_corpus import DEMO_QUESTIONS, _photo, demo_documents
+from colgraph_engine.demos.corpus import DEMO_QUESTIONS, _photo, demo_documents
 from colgraph_engine.prefilter import PrefilterIndex, adaptive
 from colgraph_engine.kg import Encoders, KnowledgeIndex
 from colgraph_engine.pipeline import Pipeline, PipelineConfig, Query

@@ -28,9 +28,9 @@ import uvicorn
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from colgraph_engine.demo_corpus import _photo, demo_documents
+from colgraph_engine.demos.corpus import _photo, demo_documents
 from colgraph_engine.kg import Encoders, KnowledgeIndex
-from colgraph_engine.kg import demo_data as kg_demo
+from colgraph_engine.demos import kg_data as kg_demo
 from colgraph_engine.pipeline import Pipeline, PipelineConfig, Query
 from colgraph_engine.service import DynamicBatcher, QueueFull, ServiceConfig, ShuttingDown, create_app
 from colgraph_engine.service.app import json_bytes

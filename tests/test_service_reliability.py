@@ -31,7 +31,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from colgraph_engine.demo_corpus import _photo
+from colgraph_engine.demos.corpus import _photo
 from colgraph_engine.kg import KnowledgeIndex
 from colgraph_engine.pipeline import Query
 from colgraph_engine.service import ServiceConfig, create_app

@@ -16,9 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from colgraph_engine.demo_corpus import _photo, demo_documents
+from colgraph_engine.demos.corpus import _photo, demo_documents
 from colgraph_engine.kg import Encoders, KnowledgeIndex
-from colgraph_engine.kg import demo_data as kg_demo
+from colgraph_engine.demos import kg_data as kg_demo
 from colgraph_engine.kg.document import DocumentInput
 from colgraph_engine.kg.segment import Segment
 from colgraph_engine.service import ServiceConfig, create_app

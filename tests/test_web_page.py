@@ -31,9 +31,9 @@ import httpx
 import pytest
 from PIL import Image
 
-from colgraph_engine.demo_corpus import _photo, demo_documents
+from colgraph_engine.demos.corpus import _photo, demo_documents
 from colgraph_engine.kg import Encoders, KnowledgeIndex
-from colgraph_engine.kg import demo_data as kg_demo
+from colgraph_engine.demos import kg_data as kg_demo
 from colgraph_engine.kg.document import DocumentInput
 from colgraph_engine.kg.segment import Section
 from tests._browser import Browser, find_chromium

@@ -2,6 +2,8 @@
 
     colgraph demo [--out DIR] [--json] [--encoders SET] [--device D]   build the demo index offline and
                                                 answer its questions (default encoders: hashing, no model)
+    colgraph demo store|kg [options]            the store demo (colgraph-demo) and the knowledge-graph
+                                                demo (colgraph-kg-demo), colgraph_engine.demos
     colgraph query INDEX QUESTION [--image PATH] [--caption TEXT] [--json] [--kd N --kg N --hops N --k N ...]
                   [--encoders SET] [--device cpu|cuda]
                   [--llm-url URL --llm-model NAME [--api-key-env VAR] [--timeout S]]   answer, with citations
@@ -32,10 +34,18 @@ from .info import cmd_info
 from .query import cmd_query
 
 
+DEMOS = {"store": "store_demo", "kg": "kg_demo"}  # colgraph demo NAME [its options]: colgraph_engine.demos.<module>
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) >= 2 and argv[0] == "demo" and argv[1] in DEMOS:  # the other demos keep their own options
+        import importlib
+        return importlib.import_module(f"..demos.{DEMOS[argv[1]]}", __name__).main(argv[2:]) or 0
     ap = argparse.ArgumentParser(prog="colgraph", description="multimodal GraphRAG retrieval engine")
     sub = ap.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="build the demo index offline and answer its questions")
+    d = sub.add_parser("demo", help="build the demo index offline and answer its questions "
+                                    "(colgraph demo store | kg [options]: the store and knowledge-graph demos)")
     d.add_argument("--out", type=Path, default=None, help="index directory (default: a temporary one)")
     d.add_argument("--json", action="store_true")
     d.add_argument("--encoders", type=encoders_arg, default=None, metavar="SET",

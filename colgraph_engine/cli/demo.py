@@ -1,4 +1,4 @@
-"""``colgraph demo``: builds the demo index (:mod:`colgraph_engine.demo_corpus`) offline and answers
+"""``colgraph demo``: builds the demo index (:mod:`colgraph_engine.demos.corpus`) offline and answers
 its questions, saying which encoders it used."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .common import _json_default, _names, checked_device, load_set
 
 
 def cmd_demo(args) -> int:
-    from ..demo_corpus import DEMO_QUESTIONS, _photo, demo_documents
+    from ..demos.corpus import DEMO_QUESTIONS, _photo, demo_documents
     from ..kg import KnowledgeIndex
     from ..pipeline import Pipeline, PipelineConfig, Query
 

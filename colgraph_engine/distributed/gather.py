@@ -37,7 +37,7 @@ from ..kg.index import KnowledgeIndex, make_uid
 from ..kg.parts import StoredDocument
 from ..kg.vectors import STORES, Encoders, ItemVectors
 from ..pipeline.pipeline import Result
-from ..store import _DISK_NP, PackedStore
+from ..store.packed_store import _DISK_NP, PackedStore
 
 
 @dataclass(frozen=True)

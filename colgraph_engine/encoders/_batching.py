@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ..store import FLOAT_DTYPES
+from ..packed import FLOAT_DTYPES
 
 
 def check_common(device, dtype, batch_size) -> tuple[torch.device, torch.dtype, int]:

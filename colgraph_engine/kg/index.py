@@ -126,7 +126,7 @@ from . import prefilters as _pf
 from ..graph.kinds import EdgeKind, NodeKind
 from ..graph.knowledge_graph import KnowledgeGraph, NodeNames, normalize_name
 from ..packed import check_finite
-from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
+from ..store.packed_store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, PackedStore
 from .document import DocumentGraph, DocumentInput, build_document_graph
 from .parts import MappedPart, StoredDocument, disk_rows, part_version, read_part, write_part_file
 from .vectors import STORES, Encoders, ItemVectors, encode_document

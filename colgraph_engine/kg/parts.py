@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import _arraydir, _arrayfile
-from ..store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, _to_disk
+from ..store.packed_store import _DISK_NP, _DTYPE_NAMES, _DTYPES_BY_NAME, _to_disk
 from ..graph.kinds import EdgeKind, NodeKind
 from .document import _PLURALS, DocumentGraph
 from .strings import StringColumn

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kg.document import DocumentInput, ImageInput, TableInput
-from .kg.segment import Section
+from ..kg.document import DocumentInput, ImageInput, TableInput
+from ..kg.segment import Section
 
 
 def _photo(name: str) -> np.ndarray:

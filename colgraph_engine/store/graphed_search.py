@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from . import backend as _backend
-from .ops import scoring as _ops
-from .store import PackedStore, StoreSnapshot
+from .. import backend as _backend
+from ..ops import scoring as _ops
+from .packed_store import PackedStore, StoreSnapshot
 
 
 class GraphedSearch:

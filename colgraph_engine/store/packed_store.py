@@ -39,10 +39,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import _arraydir, _atomic
-from . import backend as _backend
-from .ops import scoring as _ops
-from .packed import FLOAT_DTYPES, check_finite, check_no_grad, check_offsets, check_packed, check_values, pack
+from .. import _arraydir, _atomic
+from .. import backend as _backend
+from ..ops import scoring as _ops
+from ..packed import FLOAT_DTYPES, check_finite, check_no_grad, check_offsets, check_packed, check_values, pack
 
 FORMAT_NAME = "colgraph_engine.packed_store"
 FORMAT_VERSION = 1
@@ -466,7 +466,7 @@ class PackedStore:
     def _scan(snap: StoreSnapshot, qv, qo, ql, k: int, name: str, chunk_docs: int | None):
         """The device work of :meth:`search` on validated queries (``qv``, ``qo`` on the device,
         lengths ``ql`` on the host): device ops and launches only, so it can be captured in a
-        CUDA graph (:mod:`colgraph_engine.graphed_search`)."""
+        CUDA graph (:mod:`colgraph_engine.store.graphed_search`)."""
         alive = None if snap.n_live == snap.n_slots else snap.alive
         scores, pos = _ops.topk_scan(qv, qo, snap.values, snap.offsets, k, name, alive, chunk_docs,
                                      q_lengths=ql, host_offsets=snap.host().offsets, n_live=snap.n_live)

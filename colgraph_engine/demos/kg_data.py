@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .document import DocumentInput, ImageInput, TableInput
-from .segment import Section
+from ..kg.document import DocumentInput, ImageInput, TableInput
+from ..kg.segment import Section
 
 RIDE_EXTRACTION = """\
 entity<|#|>Mount Fuji<|#|>location<|#|>Mount Fuji is the snow-capped volcano that travellers watch for from the right-hand windows on the ride west out of Tokyo.

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from .graph import NodeKind
-from .kg import Encoders, KnowledgeIndex
-from .kg.demo_data import demo_documents
+from ..graph import NodeKind
+from ..kg import Encoders, KnowledgeIndex
+from .kg_data import demo_documents
 
 
 def listing(root: Path) -> list[str]:
