@@ -17,7 +17,7 @@ start from the same base; the third lane is the same documents without a prefilt
 commit); a lane's figure is the median over its rounds.
 
 * ``pieces``: the default: each commit appends one piece file (merged as a binary counter;
-  compacted once the pieces hold more items than the base), see ``kg/prefilters.py``.
+  compacted once the pieces hold more items than the base), see ``kg/index/prefilters.py``.
 * ``whole``: ``index._pf_append = False``: each commit writes the store's prefilter folder whole.
 * ``none``: no carried prefilter.
 

@@ -16,7 +16,8 @@ from colgraph_engine.cli import index as cli_index
 from colgraph_engine.prefilter import PrefilterIndex
 from colgraph_engine.kg import IndexFormatError, KnowledgeIndex
 from colgraph_engine.kg import index as index_module
-from colgraph_engine.kg import prefilters as pf_module
+from colgraph_engine.kg.index import commit as index_commit
+from colgraph_engine.kg.index import prefilters as pf_module
 from colgraph_engine.pipeline import Pipeline, PipelineConfig
 
 from .test_kg_index import ENC, small_docs
@@ -185,7 +186,7 @@ def test_a_failure_inside_the_commit_leaves_memory_and_directory_as_they_were(tm
 
     def fail(*a, **k):
         raise OSError("injected: disk full")
-    monkeypatch.setattr(index_module, "_replace_file", fail)
+    monkeypatch.setattr(index_commit, "_replace_file", fail)
     with pytest.raises(OSError, match="injected"):
         idx.add_document(city_doc(40))
     with pytest.raises(OSError, match="injected"):
@@ -203,7 +204,7 @@ def test_a_failure_inside_the_commit_leaves_memory_and_directory_as_they_were(tm
 CHILD = """
 import os, sys
 from colgraph_engine.kg import KnowledgeIndex
-from colgraph_engine.kg import index as m
+from colgraph_engine.kg.index import commit as m
 from tests.test_kg_index import ENC
 from tests.test_kg_index_growth import city_doc
 path, point, action = sys.argv[1:4]

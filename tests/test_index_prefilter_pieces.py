@@ -20,8 +20,9 @@ from colgraph_engine.prefilter import codec
 from colgraph_engine.prefilter.layout import IndexState
 from colgraph_engine.kg import IndexFormatError, KnowledgeIndex
 from colgraph_engine.kg import index as index_module
-from colgraph_engine.kg import prefilter_pieces as pieces_module
-from colgraph_engine.kg import prefilters as pf_module
+from colgraph_engine.kg.index import commit as index_commit
+from colgraph_engine.kg.index import prefilter_pieces as pieces_module
+from colgraph_engine.kg.index import prefilters as pf_module
 
 from .test_index_prefilter import ROOT, assert_same_results, listed_names, on_disk_folders, store_items, uids_of
 from .test_kg_index import ENC
@@ -302,7 +303,7 @@ def test_a_failed_commit_discards_its_piece_and_memory_is_unchanged(tmp_path, mo
 
     def fail(*a, **k):
         raise OSError("injected: disk full")
-    monkeypatch.setattr(index_module, "_replace_file", fail)
+    monkeypatch.setattr(index_commit, "_replace_file", fail)
     for change in (lambda: idx.add_document(city_doc(31)), lambda: idx.remove_document("d1")):
         with pytest.raises(OSError, match="injected"):
             change()
@@ -316,8 +317,8 @@ CHILD = """
 import os, sys
 from colgraph_engine import _atomic
 from colgraph_engine.kg import KnowledgeIndex
-from colgraph_engine.kg import index as m
-from colgraph_engine.kg import prefilter_pieces as pieces
+from colgraph_engine.kg.index import commit as m
+from colgraph_engine.kg.index import prefilter_pieces as pieces
 from tests.test_kg_index import ENC
 from tests.test_kg_index_growth import city_doc
 path, point = sys.argv[1:3]

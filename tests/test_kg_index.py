@@ -17,6 +17,7 @@ from colgraph_engine.kg import (
 )
 from colgraph_engine import _arrayfile
 from colgraph_engine.kg import index as index_module
+from colgraph_engine.kg.index import commit as index_commit
 from colgraph_engine.kg.index import read_documents
 from colgraph_engine.kg import parts as parts_module
 from colgraph_engine.kg.vectors import image_text_view, region_text_view
@@ -281,7 +282,7 @@ def crash(*args, **kwargs):
 def test_failure_between_part_write_and_commit_keeps_the_previous_index(tmp_path, monkeypatch):
     idx = KnowledgeIndex.create(tmp_path / "idx", ENC)
     idx.add_documents(small_docs()[:1])
-    monkeypatch.setattr(index_module, "_replace_file", crash)      # the part is written, the manifest is not
+    monkeypatch.setattr(index_commit, "_replace_file", crash)      # the part is written, the manifest is not
     with pytest.raises(Crash):
         idx.add_documents(small_docs()[1:])
     with pytest.raises(Crash):

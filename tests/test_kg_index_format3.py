@@ -195,7 +195,7 @@ class Crash(Exception):
 
 
 def test_a_crash_before_the_manifest_of_a_merging_add_keeps_the_previous_parts(tmp_path, monkeypatch):
-    from colgraph_engine.kg import index as index_module
+    from colgraph_engine.kg.index import commit as index_commit
     path = tmp_path / "idx"
     idx = KnowledgeIndex.create(path, ENC)
     idx.add_document(city_doc(0))
@@ -203,7 +203,7 @@ def test_a_crash_before_the_manifest_of_a_merging_add_keeps_the_previous_parts(t
 
     def crash(*a, **k):
         raise Crash("power cut before the manifest")
-    monkeypatch.setattr(index_module, "_replace_file", crash)
+    monkeypatch.setattr(index_commit, "_replace_file", crash)
     with pytest.raises(Crash):
         idx.add_document(city_doc(1))  # would absorb the one-document part
     monkeypatch.undo()

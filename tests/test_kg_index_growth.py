@@ -18,6 +18,7 @@ from colgraph_engine.kg import (DocumentInput, Encoders, IndexFormatError, ItemV
                                  build_document_graph)
 from colgraph_engine.kg import CooccurrenceExtractor
 from colgraph_engine.kg import index as index_module
+from colgraph_engine.kg.index import commit as index_commit
 from colgraph_engine.kg.index import read_documents
 from colgraph_engine.pipeline import Pipeline
 
@@ -233,7 +234,7 @@ def test_a_failed_commit_keeps_the_previous_generation_and_the_next_writer_clean
     def crash(*a, **k):
         raise Crash("power cut before the manifest")
 
-    monkeypatch.setattr(index_module, "_replace_file", crash)
+    monkeypatch.setattr(index_commit, "_replace_file", crash)
     with pytest.raises(Crash):
         idx.add_documents(small_docs()[2:])
     with pytest.raises(Crash):

@@ -266,7 +266,7 @@ def _info(args) -> int:
 
 def _prefilter(args) -> int:
     from ..kg import KnowledgeIndex
-    from ..kg import prefilters
+    from ..kg.index import prefilters
     from ..kg.index import _read_manifest
 
     index = KnowledgeIndex.open(args.index, repair_prefilter=args.repair)

@@ -411,7 +411,7 @@ def carry_default_prefilters(index, *, commit: bool = True) -> dict[str, str]:
     k-means, a large one has its prefilter built and kept up to date by its commits. What
     ``colgraph index build`` and the service's writer both do to a new index (`commit`: False
     leaves the settings to the caller's next commit)."""
-    from ..kg import prefilters
+    from ..kg.index import prefilters
 
     widest = max((d for s, d in index.dims.items() if s in prefilters.DEFAULT_STORES), default=AUTO_DIM)
     min_tokens = max(prefilters.DEFAULT_MIN_TOKENS, PipelineConfig().prefilter_min_tokens * AUTO_DIM // widest)

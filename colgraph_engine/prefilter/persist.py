@@ -46,7 +46,7 @@ def read(path: str | os.PathLike, *, verify: bool = True) -> tuple[dict[str, tor
     `arrays` are CPU tensors (``centroids, cutoffs, weights, codes, residuals, offsets, ids``
     and ``alive`` as bool), `meta` holds ``nbits, unit, build_mse, added_sq_sum, added_tokens,
     next_id``. For callers that extend the arrays before :func:`assemble` (the carried
-    prefilters' appended pieces, kg/prefilters.py) so the lists are derived once."""
+    prefilters' appended pieces, kg/index/prefilters.py) so the lists are derived once."""
     path = Path(path)
     with _atomic.reading(path):
         m = _arraydir.read_manifest(path, FORMAT_NAME, FORMAT_VERSION)

@@ -87,8 +87,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import _arraydir, _atomic
-from ..prefilter import kmeans
+from ... import _arraydir, _atomic
+from ...prefilter import kmeans
 from . import prefilter_pieces as _pieces
 
 DEFAULT_STORES = ("segment", "table", "image")  # the recall stores: text side, then image side
@@ -236,7 +236,7 @@ def contents_after(store, added: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def build(settings: PrefilterSettings, values, offsets, uids, progress: bool = False):
     """A prefilter over packed items keyed by `uids` (deterministic: seeded k-means); `progress`:
     a tqdm bar over the k-means iterations."""
-    from ..prefilter import PrefilterIndex
+    from ...prefilter import PrefilterIndex
     return PrefilterIndex.build(values, offsets, uids, nbits=settings.nbits, progress=progress)
 
 
@@ -245,7 +245,7 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
     after adding ``added = (values [t, d], offsets [k+1], uids [k])`` and removing the uids
     `removed` ``[r]``. `current` is never modified (the caller swaps in the result once the
     change is committed). See the module docstring for the rules."""
-    from ..prefilter import PrefilterIndex
+    from ...prefilter import PrefilterIndex
     n_added = int(added[2].numel()) if added is not None else 0
     n_removed = int(removed.numel()) if removed is not None else 0
     if current is not None and not n_added and not n_removed:
@@ -388,7 +388,7 @@ def load(index_path: Path, store_name: str, entry: dict, store, settings: Prefil
     derived once over the whole; then checked against `store` (the same live uids with the same
     token counts, the settings' nbits, the store's dimension). FormatError naming the folder
     or piece otherwise."""
-    from ..prefilter import PrefilterIndex, persist
+    from ...prefilter import PrefilterIndex, persist
     folder = index_path / FOLDER / entry["folder"]
     if not (folder / "manifest.json").is_file():
         raise FormatError(f"{folder}: prefilter of store {store_name!r} is missing (the manifest lists it)")

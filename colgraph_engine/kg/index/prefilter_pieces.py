@@ -1,5 +1,5 @@
 """Appended pieces of a carried prefilter: what one or more commits added to it and deleted
-from it since its base folder was written (see kg/prefilters.py for when a piece or a new base
+from it since its base folder was written (see kg/index/prefilters.py for when a piece or a new base
 is written).
 
 A piece is ONE file ``prefilter/<store>.<hex tag>.piece``, written once under a fresh name,
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import _arraydir, _atomic
+from ... import _arraydir, _atomic
 
 SUFFIX = ".piece"
 NAME = re.compile(r"([a-z_]{1,32})\.[0-9a-f]{8,32}\.piece")
@@ -59,7 +59,7 @@ class Piece:
 
     @property
     def size(self) -> int:
-        """Added items plus deleted uids: what the compaction bound counts (kg/prefilters.py)."""
+        """Added items plus deleted uids: what the compaction bound counts (kg/index/prefilters.py)."""
         return int(self.ids.numel() + self.deleted.numel())
 
 
