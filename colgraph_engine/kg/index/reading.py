@@ -4,6 +4,7 @@ as the stores, the carried prefilters opened (and repaired on request)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import torch
@@ -13,18 +14,14 @@ from . import prefilters as _pf
 from ...store.packed_store import _DISK_NP, _DTYPES_BY_NAME, PackedStore
 from ..parts import MappedPart, StoredDocument, part_version, read_part
 from ..vectors import Encoders
-from typing import TYPE_CHECKING
 from .format import IndexFormatError, _add_counts, _check_part_sha, _map_rows, _sha_rows, log
 from .assembly import _Entry, make_uid
-
-if TYPE_CHECKING:
-    from .facade import KnowledgeIndex
 
 
 class _Reader:
     @classmethod
     def _open_manifest(cls, path: Path, m: dict, encoders: Encoders | None, *, verify: bool,
-                       progress: bool, repair_prefilter: bool = False) -> KnowledgeIndex:
+                       progress: bool, repair_prefilter: bool = False) -> Self:
         dtype = _DTYPES_BY_NAME[m["dtype"]]
         dims = m["dims"]
         if encoders is not None:
