@@ -323,6 +323,14 @@ def _side_scores(view: IndexView, stores, qv, qo, ranker: str, rows: np.ndarray,
     return best, units
 
 
+def finite_desc(scores: torch.Tensor) -> torch.Tensor:
+    """``[m]`` int64 columns of the finite entries of ``scores [D]``, best first, the earlier column
+    first on ties: the order a stable descending sort of all D entries gives them (-inf last),
+    found by sorting only the m scored ones."""
+    cols = torch.nonzero(torch.isfinite(scores)).squeeze(1)
+    return cols[torch.sort(scores[cols], descending=True, stable=True).indices]
+
+
 def fuse_sides(per_side: list[tuple[str, np.ndarray, torch.Tensor]], sides: list[list[str]], nq: int, d: int,
                cfg: PipelineConfig) -> torch.Tensor:
     """``[nq, d]`` float64 fused document scores (-inf: no side scored the document).
@@ -345,11 +353,11 @@ def fuse_sides(per_side: list[tuple[str, np.ndarray, torch.Tensor]], sides: list
         finite = torch.isfinite(s)
         r = torch.from_numpy(rows)
         seen[r] |= finite
-        if cfg.fusion == "rrf":
-            order = torch.sort(s, dim=1, descending=True, stable=True).indices
-            rank = torch.empty_like(order)
-            rank.scatter_(1, order, torch.arange(1, d + 1).expand(rows.size, -1))
-            contrib = torch.where(finite, 1.0 / (cfg.rrf_k + rank.double()), 0.0)
+        if cfg.fusion == "rrf":  # ranks over the scored documents only: O(scored), not O(D), per query
+            contrib = torch.zeros((rows.size, d), dtype=torch.float64)
+            for j in range(rows.size):
+                cols = finite_desc(s[j])
+                contrib[j, cols] = 1.0 / (cfg.rrf_k + torch.arange(1, cols.numel() + 1, dtype=torch.float64))
         else:
             lo = torch.where(finite, s, torch.inf).min(1, keepdim=True).values
             hi = torch.where(finite, s, -torch.inf).max(1, keepdim=True).values
@@ -394,13 +402,10 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
     fused = fuse_sides(per_side, sides, nq, d, cfg)
     docs, scores = [], []
     k = min(cfg.kd, d)
-    order = torch.sort(fused, dim=1, descending=True, stable=True).indices[:, :k] if d else torch.zeros((nq, 0), dtype=torch.int64)
     for i in range(nq):
-        o = order[i]
-        sc = fused[i, o]
-        keep = torch.isfinite(sc)
-        docs.append(view.numbers[o[keep].numpy()])
-        scores.append(sc[keep].numpy().astype(np.float32))
+        o = finite_desc(fused[i])[:k]
+        docs.append(view.numbers[o.numpy()])
+        scores.append(fused[i, o].numpy().astype(np.float32))
     return Recall(docs, scores, [tuple(s) for s in sides], units, paths, budget)
 
 
