@@ -108,11 +108,7 @@ def mem() -> dict:
 
 
 def available_memory() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 8 << 30
+    return _pr().available_memory()
 
 
 def folder_bytes(path: pathlib.Path) -> dict:

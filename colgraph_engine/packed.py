@@ -75,8 +75,9 @@ def check_values(values: object, name: str) -> torch.Tensor:
     return values
 
 
-def check_offsets(offsets: object, n_rows: int, device: torch.device, name: str) -> torch.Tensor:
-    """Validates an offsets tensor against `n_rows` rows; returns it unchanged."""
+def check_offsets_layout(offsets: object, device: torch.device, name: str) -> torch.Tensor:
+    """The O(1) part of :func:`check_offsets`: type, dtype, shape ``[N+1]`` and device, without
+    reading a value (no pass over the items, no device-to-host read); returns it unchanged."""
     if not isinstance(offsets, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.int64 tensor, got {type(offsets).__name__}")
     if offsets.dtype != torch.int64:
@@ -85,6 +86,12 @@ def check_offsets(offsets: object, n_rows: int, device: torch.device, name: str)
         raise ValueError(f"{name}: expected shape [N+1] with N >= 0, got {tuple(offsets.shape)}")
     if offsets.device != device:
         raise ValueError(f"{name}: expected device {device} (same as the values), got {offsets.device}")
+    return offsets
+
+
+def check_offsets(offsets: object, n_rows: int, device: torch.device, name: str) -> torch.Tensor:
+    """Validates an offsets tensor against `n_rows` rows; returns it unchanged."""
+    check_offsets_layout(offsets, device, name)
     # One device-to-host transfer for all three checks (each .item() on CUDA is a sync).
     first, last, decreasing = torch.stack(
         [offsets[0], offsets[-1], (offsets.diff() < 0).any().to(torch.int64)]).tolist()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import shutil
 import sys
 from pathlib import Path
@@ -12,18 +13,13 @@ from pathlib import Path
 import numpy as np
 
 
-def _offline():
-    from ..kg import Encoders
-    return Encoders.offline()
-
-
-def _models():
+def _named_set(name: str):
     from ..encoders.sets import load_encoders
-    return load_encoders("models")
+    return load_encoders(name)
 
 
 # the named sets (factories of Encoders on the CPU); ``--encoders`` also takes FAMILY:PATH
-ENCODER_SETS = {"hashing": _offline, "models": _models}
+ENCODER_SETS = {name: functools.partial(_named_set, name) for name in ("hashing", "models")}
 
 
 def fail(message: str, code: int = 2):

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from .. import backend as _backend
 import numbers
 
-from ..packed import _all_finite, check_finite, check_no_grad, check_offsets, check_packed, check_values
+from ..packed import (_all_finite, check_finite, check_no_grad, check_offsets, check_offsets_layout, check_packed,
+                      check_values)
 from . import reference
 
 
@@ -92,25 +93,11 @@ def _unit(values: torch.Tensor) -> torch.Tensor:
 NORMALIZE_BLOCK_ELEMS = 1 << 19
 
 
-def _check_offsets_layout(offsets, device: torch.device, name: str) -> torch.Tensor:
-    """The O(1) part of :func:`~colgraph_engine.packed.check_offsets`: type, dtype, shape and
-    device, without reading a value (no pass over the items, no device-to-host read)."""
-    if not isinstance(offsets, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.int64 tensor, got {type(offsets).__name__}")
-    if offsets.dtype != torch.int64:
-        raise TypeError(f"{name}: expected dtype torch.int64, got {offsets.dtype}")
-    if offsets.dim() != 1 or offsets.numel() < 1:
-        raise ValueError(f"{name}: expected shape [N+1] with N >= 0, got {tuple(offsets.shape)}")
-    if offsets.device != device:
-        raise ValueError(f"{name}: expected device {device} (same as the values), got {offsets.device}")
-    return offsets
-
-
 def _check_pair(q_values, q_offsets, d_values, d_offsets, trusted_docs: bool = False):
     qv, qo = check_packed(q_values, q_offsets, "queries")
     if trusted_docs:  # the caller vouches for the offsets' values (see maxsim_candidates)
         xv = check_values(d_values, "docs_values")
-        xo = _check_offsets_layout(d_offsets, xv.device, "docs_offsets")
+        xo = check_offsets_layout(d_offsets, xv.device, "docs_offsets")
     else:
         xv, xo = check_packed(d_values, d_offsets, "docs")
     if qv.dtype != xv.dtype:

@@ -24,8 +24,8 @@ from ... import _arraydir, _atomic
 from . import prefilters as _pf
 from ...store.packed_store import _DTYPE_NAMES, PackedStore
 from ..parts import StoredDocument, disk_rows, write_part_file
-from .format import (INDEX_FORMAT, INDEX_VERSION, IndexFormatError, _COPY_BLOCK, _COUNTED, _EMPTY_SHA,
-                     _add_counts, _load_manifest, _readers_lock, _sha_rows, _stat_key, _to_disk_rows, log)
+from .format import (INDEX_FORMAT, INDEX_VERSION, IndexFormatError, _COUNTED, _EMPTY_SHA,
+                     _add_counts, _load_manifest, _readers_lock, _sha_rows, read_range, _stat_key, _to_disk_rows, log)
 from .assembly import _Entry, make_uid
 
 
@@ -124,14 +124,8 @@ def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
     try:
         with open(src, "rb") as fin, open(dst, "xb") as fout:
             for a, b in ((0, lo), (hi, end)):
-                fin.seek(a)
-                left = b - a
-                while left:
-                    block = fin.read(min(left, _COPY_BLOCK))
-                    if not block:
-                        raise IndexFormatError(f"{src}: shorter than its committed rows")
+                for block in read_range(fin, a, b - a, src):
                     fout.write(block)
-                    left -= len(block)
             fout.flush()
             os.fsync(fout.fileno())
     except BaseException:

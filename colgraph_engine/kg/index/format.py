@@ -103,15 +103,21 @@ def _sha_rows(path: Path, first_row: int, n_rows: int, row_bytes: int, h=None) -
     (through the page cache, not into this process's memory); `h`: a hash to continue."""
     h = hashlib.sha256() if h is None else h
     with open(path, "rb") as f:
-        f.seek(first_row * row_bytes)
-        left = n_rows * row_bytes
-        while left:
-            block = f.read(min(left, _COPY_BLOCK))
-            if not block:
-                raise IndexFormatError(f"{path}: shorter than its committed rows")
+        for block in read_range(f, first_row * row_bytes, n_rows * row_bytes, path):
             h.update(block)
-            left -= len(block)
     return h.hexdigest()
+
+
+def read_range(f, start: int, size: int, path: Path):
+    """The `size` bytes of the open file `f` from `start`, in blocks of at most ``_COPY_BLOCK``
+    (memory stays bounded whatever the file's size); a file that ends early is refused."""
+    f.seek(start)
+    while size:
+        block = f.read(min(size, _COPY_BLOCK))
+        if not block:
+            raise IndexFormatError(f"{path}: shorter than its committed rows")
+        yield block
+        size -= len(block)
 
 
 def _load_manifest(path: Path) -> dict:
