@@ -34,7 +34,7 @@ visual candidates) and a seed group G, with N_h(G) the entity groups first reach
 (after the filter) and M(u) the entities u mentions (an image: those its segment mentions),
 
     a_G(u) = 1                                            if u mentions a member of G
-           = max_{1<=h<=l} γ^h · |N_h(G) ∩ M(u)| / |N_h(G)|  otherwise (γ = 1/2)
+           = max_{1<=h<=l} γ^h · |N_h(G) ∩ M(u)| / |N_h(G)|  otherwise (γ = 1/2, ours)
     g(u)   = Σ_G σ_G · a_G(u) / Σ_G σ_G                   (0 when no seed reaches u)
 
 so a hop passes a seed's weight on split over its neighbourhood (as personalised PageRank
