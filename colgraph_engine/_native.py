@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import importlib
 import os
 
 core = None
@@ -13,7 +14,8 @@ if os.environ.get("COLGRAPH_DISABLE_NATIVE", "").strip() not in ("", "0"):
     reason_unavailable = "disabled by COLGRAPH_DISABLE_NATIVE"
 else:
     try:
-        from . import _core as core  # type: ignore[attr-defined, no-redef]
+        # The compiled extension, a sibling file of this module (not the package's __init__).
+        core = importlib.import_module(f"{__package__}._core")
     except ImportError as exc:  # not built, or built against another Python / igraph
         core = None
         reason_unavailable = f"colgraph_engine._core failed to import: {exc}"

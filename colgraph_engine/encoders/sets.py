@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from .colpali import FAMILIES
+from .encoder_set import Encoders
 
 DEFAULT = "models"
 NAMED = ("models", "hashing")
@@ -119,7 +120,6 @@ def spec_of(info: dict) -> EncoderSpec | None:
 
 
 def _hashing_description() -> dict:
-    from ..kg import Encoders
     return Encoders.offline().describe()
 
 
@@ -160,7 +160,6 @@ def load(spec: EncoderSpec | str, device: str | torch.device = "cpu"):
     seconds each model took to load (``{model: s}``; ``{}`` for hashing). Raises
     :class:`EncodersUnavailable` (one line: what is missing, how to install it) when a package
     or the model folder is missing."""
-    from ..kg import Encoders
 
     spec = parse_spec(spec) if isinstance(spec, str) else spec
     if not isinstance(spec, EncoderSpec):
@@ -204,7 +203,6 @@ def load_encoders(spec: str, device: str = "cpu", source: tuple | None = None):
 def relocated(encoders, source: tuple):
     """`encoders` with the tokens and patches encoders' ``source`` set to `source`: a model folder
     that moved still describes itself as the index records it (same family, name and dim)."""
-    from ..kg import Encoders
     return Encoders(text=encoders.text, tokens=encoders.tokens and replace(encoders.tokens, source=source),
                     patches=encoders.patches and replace(encoders.patches, source=source))
 

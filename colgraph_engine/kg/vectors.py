@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..encoders import Encoder, HashingTextEncoder, PixelPatchEncoder
+from ..encoders import Encoders
 from ..graph.kinds import EdgeKind, NodeKind
 from .document import DocumentGraph, SpooledPixels
 
@@ -45,34 +45,6 @@ STORES: dict[str, tuple[str, NodeKind | None]] = {
     "image_text": ("tokens", NodeKind.IMAGE),
     "region_text": ("tokens", NodeKind.REGION),
 }
-
-
-@dataclass(frozen=True)
-class Encoders:
-    """The encoders of an index, one per role (None: the role's stores stay empty)."""
-    text: Encoder | None = None
-    tokens: Encoder | None = None
-    patches: Encoder | None = None
-
-    def __post_init__(self):
-        for role in ("text", "tokens", "patches"):
-            enc = getattr(self, role)
-            if enc is not None and (not isinstance(enc, Encoder) or enc.role != role):
-                raise TypeError(f"{role}: expected an Encoder with role {role!r} or None, got {enc!r}")
-
-    @classmethod
-    def offline(cls, text_dim: int = 128, patch_grid: int = 8, patch_cell: int = 4) -> Encoders:
-        """Deterministic model-free encoders (feature hashing for text, raw pixel patches)."""
-        h = HashingTextEncoder(text_dim)
-        return cls(h.text_encoder(), h.token_encoder(), PixelPatchEncoder(patch_grid, patch_cell).patch_encoder())
-
-    def describe(self) -> dict:
-        """``{role: {"name", "dim"} or None}`` as recorded in an index manifest, with
-        ``"source": {key: value}`` added for an encoder that says where its model was loaded from
-        (a ColPali-family folder: ``{"family", "path"}``)."""
-        return {role: None if (e := getattr(self, role)) is None else
-                {"name": e.name, "dim": e.dim, **({"source": dict(e.source)} if e.source else {})}
-                for role in ("text", "tokens", "patches")}
 
 
 @dataclass(frozen=True)
