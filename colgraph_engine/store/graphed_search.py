@@ -17,7 +17,8 @@ import torch
 
 from .. import backend as _backend
 from ..ops import scoring as _ops
-from .packed_store import PackedStore, StoreSnapshot
+from .packed_store import PackedStore
+from .snapshot import StoreSnapshot
 
 
 class GraphedSearch:
