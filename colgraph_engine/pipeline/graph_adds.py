@@ -156,16 +156,13 @@ class NameTable:
         return d.tokens
 
 
-_TABLES: dict = {}
-
-
 def name_table(view) -> NameTable:
-    """The view's :class:`NameTable` (one per view; dropped with the view's index version)."""
-    t = _TABLES.get(id(view))
-    if t is None or t.view is not view:
-        _TABLES.clear()  # one live view per pipeline: older tables are garbage
-        t = _TABLES[id(view)] = NameTable(view)
-    return t
+    """The view's :class:`NameTable`, kept on the view itself: it lives and dies with that index
+    version, and two pipelines (or two views) never share or evict each other's tables."""
+    table = view.__dict__.get("_name_table")
+    if table is None:  # dict.setdefault is atomic: racing queries keep one table
+        table = view.__dict__.setdefault("_name_table", NameTable(view))
+    return table
 
 
 @dataclass
