@@ -7,6 +7,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -334,3 +335,34 @@ def test_older_directories_open_and_their_first_change_upgrades_them(tmp_path, v
         assert_same_index(a, same)
         assert retrieval(a, QUESTIONS) == retrieval(same, QUESTIONS)
         assert_same_index(a, scratch, vector_atol=CROSS_MACHINE_ATOL)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_after_a_commit_can_commit(tmp_path):
+    """The fsync thread pool is per process: a child forked after its parent committed (its pool
+    started) starts a pool of its own and commits, instead of queueing its fsyncs for the parent's
+    idle threads, which do not exist in it (a hang whenever it has fewer files than those threads)."""
+    index = KnowledgeIndex.create(tmp_path / "idx", ENC)
+    index.add_documents([city_doc(0)])  # starts the parent's fsync pool
+    assert index_commit._fsync_pool.cache_info().currsize == 1
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 once its own commit is done
+        code = 1
+        try:
+            assert index_commit._fsync_pool.cache_info().currsize == 0, "the child kept its parent's pool"
+            KnowledgeIndex.open(tmp_path / "idx", ENC).add_documents([city_doc(1)])
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's commit did not finish in 120 s")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert KnowledgeIndex.open(tmp_path / "idx", ENC).documents == ["d0", "d1"]

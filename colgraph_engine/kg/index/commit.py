@@ -118,6 +118,11 @@ def _fsync_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=16, thread_name_prefix="colgraph-fsync")
 
 
+# A forked child inherits the parent's pool but none of its threads: work it queued there would
+# wait forever, so the child makes a pool of its own on first use.
+os.register_at_fork(after_in_child=_fsync_pool.cache_clear)
+
+
 def _copy_without(src: Path, dst: Path, lo: int, hi: int, end: int) -> None:
     """Writes bytes ``[0, lo)`` and ``[hi, end)`` of `src` to a new file `dst` (streamed in
     blocks: memory stays bounded), fsync'ed."""
