@@ -22,6 +22,7 @@ Every row is a dict: ``workload``, ``impl``, ``status`` ("ok" or "skipped: why")
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -68,6 +69,24 @@ def version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def proc_bytes(key: str, path: str = "/proc/self/status", default: int = 0) -> int:
+    """Bytes of the ``<key>: <n> kB`` line of `path` (``VmRSS``, ``VmHWM``, ``MemAvailable`` of
+    /proc/meminfo ...), or `default` where the file or the line is absent (not Linux)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return default
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,10 +215,11 @@ def time_calls(fn: Callable[[], Any], repeats: int, *, warmup: int = 1, max_s: f
 
 
 def paired(fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 1,
-           max_s: float | None = None) -> dict[str, list[float]]:
+           max_s: float | None = None, after: Callable[[str, Any], None] | None = None) -> dict[str, list[float]]:
     """Interleaved timing: each round calls every row once, in an order that rotates per round,
     so load that comes and goes hits all rows alike. ``{name: [seconds per call]}``; a row whose
-    call took longer than `max_s` stops being called."""
+    call took longer than `max_s` stops being called. `after(name, result)`, untimed, gets what
+    each timed call returned, right after it (before any other row runs)."""
     names = list(fns)
     for _ in range(warmup):
         for n in names:
@@ -209,8 +229,10 @@ def paired(fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 
     for r in range(repeats):
         for n in live[r % len(live):] + live[:r % len(live)] if live else []:
             t0 = time.perf_counter()
-            fns[n]()
+            got = fns[n]()
             out[n].append(time.perf_counter() - t0)
+            if after is not None:
+                after(n, got)
         live = [n for n in live if max_s is None or out[n][-1] <= max_s]
     return out
 
@@ -224,6 +246,32 @@ def percentile(xs: list[float], p: float) -> float:
     """The `p`-th percentile (0-100) of `xs`, nearest rank."""
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+def synchronizer(device: Any) -> Callable[[], Any]:
+    """``torch.cuda.synchronize`` for a CUDA `device` (a name or a torch.device), else a no-op: what
+    :func:`time_each` calls around each timed call, so a call's time includes the device's queued work."""
+    import torch
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+
+def time_each(fn: Callable[[Any], Any], inputs: list | range, *, sync: Callable[[], Any] | None = None,
+              max_s: float | None = None, least: int = 2) -> tuple[list, list[float]]:
+    """``(outputs, seconds)`` of one call ``fn(x)`` per `x` of `inputs` (different inputs; no warm-up:
+    make one first), `sync()` before and after each call (see :func:`synchronizer`); once `max_s`
+    seconds have passed since the first call, stops after at least `least` calls."""
+    sync = sync or (lambda: None)
+    outs, secs = [], []
+    end = time.perf_counter() + max_s if max_s is not None else None
+    for x in inputs:
+        if end is not None and len(secs) >= least and time.perf_counter() > end:
+            break
+        sync()
+        t0 = time.perf_counter()
+        outs.append(fn(x))
+        sync()
+        secs.append(time.perf_counter() - t0)
+    return outs, secs
 
 
 def compare(workloads: Mapping[str, Callable[[], Any]], impls: Mapping[str, Callable[[Any], Callable[[], Any]]], *,
@@ -299,6 +347,15 @@ def fmt(x, spec: str = ".2f", none: str = "—") -> str:
     return none if x is None else format(x, spec)
 
 
+def cell(key: str, spec: str = ".3f", none: str = "—") -> Callable[[dict], str]:
+    """A :func:`table` column ``how``: ``row[key]`` formatted with `spec`, `none` when it is
+    missing, None or NaN (a figure with no question to average over)."""
+    def how(row: dict) -> str:
+        x = row.get(key)
+        return none if x is None or x != x else format(x, spec)
+    return how
+
+
 def table(columns: list[tuple[str, Any]], rows: list[dict]) -> list[str]:
     """A Markdown table. `columns` are ``(title, how)`` with `how` a row key or ``row -> str``;
     a title ending in ``:`` is right-aligned, one ending in ``^`` centred (the mark is dropped)."""
@@ -311,13 +368,31 @@ def table(columns: list[tuple[str, Any]], rows: list[dict]) -> list[str]:
     return out
 
 
+def section(title: str, items: list[str]) -> list[str]:
+    """Markdown lines of a ``## title`` section with one ``* item`` bullet per item (none when `items` is empty)."""
+    return [f"## {title}", "", *(f"* {x}" for x in items), ""] if items else []
+
+
+@contextlib.contextmanager
+def noted(notes: list[str], what: str):
+    """Runs the ``with`` block; an exception in it is printed and added to `notes` as ``"<what>:
+    <Type>: <message>"`` (400 characters at most) instead of ending the run, so one failing peer
+    leaves the rest of the report."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - reported in the notes
+        notes.append(f"{what}: {type(exc).__name__}: {exc}"[:400])
+        print(notes[-1], file=sys.stderr, flush=True)
+
+
 def write(stem: str, title: str, body: list[str], data: dict, out: Any = RESULTS, *, e: dict | None = None,
-          command: str | None = None, echo: bool = True) -> pathlib.Path | None:
+          command: str | None = None, echo: bool = True, head: list[str] | None = None) -> pathlib.Path | None:
     """Writes ``<out>/<stem>.md`` (title, environment header, `body`) and ``<stem>.json`` (`data`
-    with ``env`` and ``command`` added); `out` None writes nothing. Returns the folder."""
+    with ``env`` and ``command`` added); `out` None writes nothing. Returns the folder. `head`
+    replaces the environment header (a report rendered again from a JSON older than :func:`env`)."""
     e = e if e is not None else env()
     command = command or command_line()
-    text = "\n".join([f"# {title}", "", *header(e, command), "", *body]).rstrip() + "\n"
+    text = "\n".join([f"# {title}", "", *(header(e, command) if head is None else head), "", *body]).rstrip() + "\n"
     if echo:
         print(text)
     if out is None:
@@ -326,6 +401,21 @@ def write(stem: str, title: str, body: list[str], data: dict, out: Any = RESULTS
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps({"env": e, "command": command, **data}, indent=1, default=str) + "\n")
+    return out
+
+
+def write_whole(stem: str, title: str, body: list[str], data: dict, out: Any = RESULTS, **kw) -> pathlib.Path | None:
+    """:func:`write` (same arguments) through a scratch folder in `out`, each file then renamed into
+    place: a report rewritten after every phase and killed mid-write (a time limit) stays whole."""
+    import tempfile
+    if out is None:
+        return write(stem, title, body, data, None, **kw)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out, prefix=f".{stem}.") as tmp:
+        write(stem, title, body, data, tmp, **kw)
+        for ext in ("md", "json"):
+            os.replace(pathlib.Path(tmp) / f"{stem}.{ext}", out / f"{stem}.{ext}")
     return out
 
 
@@ -379,6 +469,67 @@ def ms_series(rows: list[dict], key: str = "ms_median", group: str = "workload")
     return groups, series
 
 
+def bar_panels(path: Any, panels: Mapping[str, tuple[list[str], Mapping[str, Mapping[str, float]]]], *,
+               ylabel: str, title: str, log: bool = False, labels: str | None = "{:.2f}",
+               rotation: int = 0) -> str | None:
+    """:func:`bar_plot` panels side by side in one figure, sharing the y axis: ``panels[panel
+    title] = (groups, series)`` as bar_plot takes them; panels are as wide as their groups.
+    `labels` None leaves the bars unlabelled. Returns a note when skipped."""
+    plt, note = matplotlib_or_note()
+    if plt is None or path is None:
+        print(note or "", file=sys.stderr)
+        return note
+    widths = [max(2, len(groups)) for groups, _ in panels.values()]  # room for a one-group panel's title
+    fig, axes = plt.subplots(1, len(panels), figsize=(min(16, max(8, 0.45 * sum(widths) + 4)), 5.5), sharey=True,
+                             squeeze=False, gridspec_kw={"width_ratios": widths})
+    for ax, (name, (groups, series)) in zip(axes[0], panels.items()):
+        width = 0.8 / max(1, len(series))
+        for j, (label, vals) in enumerate(series.items()):
+            xs = [i + (j - (len(series) - 1) / 2) * width for i, g in enumerate(groups) if vals.get(g) is not None]
+            ys = [vals[g] for g in groups if vals.get(g) is not None]
+            bars = ax.bar(xs, ys, width, label=label)
+            if labels is not None:
+                ax.bar_label(bars, labels=[labels.format(y) for y in ys], fontsize=7, rotation=90, padding=2)
+        if log:
+            ax.set_yscale("log")
+        ax.set_xticks(range(len(groups)), groups, fontsize=7, rotation=rotation)
+        ax.set_title(name, fontsize=9)
+        ax.legend(fontsize=7)
+        ax.margins(y=0.2)
+    axes[0][0].set_ylabel(ylabel)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def line_panels(path: Any, xs: list[float], panels: Mapping[str, Mapping[str, Any]], *, xlabel: str,
+                styles: Mapping[str, tuple[str, str | None]] | None = None, log_x: bool = True,
+                size: tuple[float, float] = (10, 3.8)) -> str | None:
+    """Line charts side by side, one per panel, over the same `xs`: ``panels[title] = {"ylabel": str,
+    "series": {name: [y per x]}, "log_y": bool (default False)}``; ``styles[name] = (matplotlib format,
+    colour)`` (default ``("o-", None)``). Returns a note when skipped."""
+    plt, note = matplotlib_or_note()
+    if plt is None or path is None:
+        print(note or "", file=sys.stderr)
+        return note
+    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
+    for ax, (title, panel) in zip(axes[0], panels.items()):
+        for name, ys in panel["series"].items():
+            style, color = (styles or {}).get(name, ("o-", None))
+            ax.plot(xs, ys, style, color=color, label=name)
+        ax.set(xlabel=xlabel, ylabel=panel["ylabel"], title=title, yscale="log" if panel.get("log_y") else "linear")
+        if log_x:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
 @dataclasses.dataclass
 class Headline:
     """One row of the headline table (``python -m benchmarks``): ours against a peer."""
@@ -392,3 +543,234 @@ class Headline:
 
     def cells(self) -> dict:
         return {**dataclasses.asdict(self), "ratio_text": fmt(self.ratio, ".2f") + ("×" if self.ratio else "")}
+
+
+# ------------------------------------------------------------------------------------------
+# Reproducers: child processes, their memory, another checkout, a served index
+# ------------------------------------------------------------------------------------------
+
+def timed(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
+    """``(fn(*args, **kwargs), seconds the call took)``."""
+    t0 = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return value, time.perf_counter() - t0
+
+
+class ChildFailed(RuntimeError):
+    """A child process printed no JSON line; ``rc`` is its exit status, ``stderr`` what it wrote there."""
+
+    def __init__(self, rc: int, stderr: str):
+        super().__init__(f"child died rc={rc}: {stderr[-3000:]}")
+        self.rc, self.stderr = rc, stderr
+
+
+def run_json(cmd: list[str], **kwargs) -> Any:
+    """The last stdout line of ``subprocess.run(cmd, **kwargs)``, parsed as JSON; :class:`ChildFailed`
+    when there is none (the child died or printed something else)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ChildFailed(done.returncode, done.stderr) from None
+
+
+def in_fresh_process(fn: Callable[..., Any], *args, **kwargs) -> Any:
+    """``fn(*args, **kwargs)`` run in a new interpreter (multiprocessing's spawn: it inherits the
+    environment, not this process's memory), its result returned; `fn` must be importable."""
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args, kwargs)
+
+
+def reset_peak(pid: int | str = "self") -> bool:
+    """Resets the VmHWM of `pid` to its RSS now (``/proc/PID/clear_refs``); False where that is refused."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def checkout_env(tree: Any = None, **extra: str) -> dict[str, str]:
+    """``os.environ`` plus `extra`, for child processes that import ``colgraph_engine`` from checkout `tree`
+    (None or this checkout: no change): `tree` first on PYTHONPATH and the editable install's import
+    redirection off (``SKBUILD_EDITABLE_SKIP``; its finder would load this checkout whatever PYTHONPATH
+    says). That tree's native ``_core`` is used only when built or copied into it."""
+    env = dict(os.environ, **extra)
+    if tree is None or pathlib.Path(tree).resolve() == ROOT:
+        return env
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+    skip = [f.path for f in sys.meta_path if type(f).__name__.startswith("ScikitBuild") and getattr(f, "path", None)]
+    if skip:
+        env["SKBUILD_EDITABLE_SKIP"] = os.pathsep.join(skip)
+    return env
+
+
+def blank_pdf(path: Any, pages: int, width: float = 612.0, height: float = 792.0) -> int:
+    """Writes a PDF of `pages` blank pages (US letter by default, in points) with pypdfium2; its bytes."""
+    import pypdfium2 as pdfium
+    doc = pdfium.PdfDocument.new()
+    try:
+        for _ in range(pages):
+            doc.new_page(width, height).close()
+        doc.save(str(path))
+    finally:
+        doc.close()
+    return pathlib.Path(path).stat().st_size
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_index(index: Any, *flags: str, wait_s: float = 120, **popen) -> tuple[subprocess.Popen, str]:
+    """``(process, url)`` of ``colgraph serve INDEX --port P *flags`` on loopback, once ``/health``
+    answers 200 (output discarded unless `popen` says otherwise); RuntimeError if it exits or hangs."""
+    import httpx
+    port = free_port()
+    popen = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
+    proc = subprocess.Popen([sys.executable, "-m", "colgraph_engine", "serve", str(index), "--port", str(port),
+                             *flags], **popen)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("colgraph serve exited at start")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("colgraph serve did not come up")
+
+
+def stop(proc: subprocess.Popen, sig: int = 15, wait_s: float = 60) -> None:
+    """Sends `sig` (default SIGTERM) to `proc` if it still runs, and waits for it."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    proc.wait(wait_s)
+
+
+@contextlib.contextmanager
+def served(index: Any, *flags: str, **kwargs):
+    """:func:`serve_index` as a context: yields ``(process, url)``; the server is stopped on leaving."""
+    proc, url = serve_index(index, *flags, **kwargs)
+    try:
+        yield proc, url
+    finally:
+        stop(proc)
+
+
+# ------------------------------------------------------------------------------------------
+# Device runs: records kept as they come, peers whose signatures drift, clustered synthetic data
+# ------------------------------------------------------------------------------------------
+
+def table_section(title: str, columns: list[tuple[str, Any]], rows: list[dict]) -> list[str]:
+    """Markdown lines of a ``## title`` section holding :func:`table` (none when `rows` is empty)."""
+    return [f"## {title}", "", *table(columns, rows), ""] if rows else []
+
+
+def call_supported(fn: Callable[..., Any], *args, **kwargs) -> Any:
+    """``fn(*args, **kwargs)`` without the keyword arguments `fn`'s signature does not take (a
+    peer's versions add and drop them); everything is passed when the signature is not readable."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn(*args, **kwargs)
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn(*args, **kwargs)
+
+
+def clustered_corpus(nd: int, ld: int, d: int, topics_per_doc: int, *, device: Any, n_topics: int = 8192,
+                     noise: float = 0.35, seed: int = 0, chunk: int = 4096, dtype: Any = None) -> tuple:
+    """``(topics [n_topics, d] fp32, doc_topics [nd, topics_per_doc] int64, docs [nd, ld, d])``: unit
+    vectors, each document token one of its document's topics plus Gaussian noise of norm about
+    `noise`, `dtype` bf16 by default. Drawn `chunk` documents at a time (bounded fp32 temporaries);
+    the same seed and device give the same corpus."""
+    import torch
+    g = torch.Generator(device=device).manual_seed(seed)
+    topics = torch.nn.functional.normalize(torch.randn(n_topics, d, device=device, generator=g), dim=-1)
+    doc_topics = torch.randint(0, n_topics, (nd, topics_per_doc), device=device, generator=g)
+    docs = torch.empty((nd, ld, d), device=device, dtype=dtype or torch.bfloat16)
+    for a in range(0, nd, chunk):
+        b = min(nd, a + chunk)
+        which = torch.randint(0, topics_per_doc, (b - a, ld), device=device, generator=g)
+        centre = topics[torch.gather(doc_topics[a:b], 1, which)]  # [b - a, ld, d]
+        centre += (noise / d ** 0.5) * torch.randn(centre.shape, device=device, generator=g)
+        docs[a:b] = torch.nn.functional.normalize(centre, dim=-1).to(docs.dtype)
+        del centre, which
+    return topics, doc_topics, docs
+
+
+def clustered_queries(topics: Any, doc_topics: Any, nq: int, lq: int, *, noise: float = 0.5, seed: int = 1,
+                      dtype: Any = None) -> tuple:
+    """``(target [nq] int64, queries [nq, lq, d])`` for a :func:`clustered_corpus`: each query's
+    tokens come from the topics of one target document, noisier than the documents' own."""
+    import torch
+    g = torch.Generator(device=topics.device).manual_seed(seed)
+    d = topics.shape[1]
+    target = torch.randint(0, doc_topics.shape[0], (nq,), device=topics.device, generator=g)
+    which = torch.randint(0, doc_topics.shape[1], (nq, lq), device=topics.device, generator=g)
+    centre = topics[torch.gather(doc_topics[target], 1, which)]
+    centre += (noise / d ** 0.5) * torch.randn(centre.shape, device=topics.device, generator=g)
+    return target, torch.nn.functional.normalize(centre, dim=-1).to(dtype or torch.bfloat16)
+
+
+class RecordLog:
+    """The records of a long run under a time budget, each appended to a JSONL file as it comes (a
+    run killed at its limit keeps what it measured), with ``t_s`` (seconds since `t0`) added."""
+
+    def __init__(self, path: Any, budget_s: float, t0: float | None = None):
+        self.path = pathlib.Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "w")
+        self.budget_s, self.t0 = budget_s, time.time() if t0 is None else t0
+        self.rows: list[dict] = []
+        self.failed: list[str] = []  # failed correctness checks: the run's exit status
+
+    def left_s(self) -> float:
+        return self.budget_s - (time.time() - self.t0)
+
+    def rec(self, **kw) -> dict:
+        """Keeps, writes and prints (without its traceback) one record."""
+        kw["t_s"] = round(time.time() - self.t0, 1)
+        self.rows.append(kw)
+        self.file.write(json.dumps(kw, default=str) + "\n")
+        self.file.flush()
+        print(json.dumps({k: v for k, v in kw.items() if k != "tb"}, default=str), flush=True)
+        return kw
+
+    def check(self, config: str, name: str, ok: bool, **values) -> None:
+        """A correctness verdict (``section="correctness"``); a failed one is kept in ``failed``."""
+        self.rec(section="correctness", config=config, check=name, ok=bool(ok), **values)
+        if not ok:
+            self.failed.append(f"{config}: {name}")
+
+    def error(self, section: str, what: str, exc: BaseException, **context) -> None:
+        """Records `exc` (and its traceback's tail) as the outcome of `what`."""
+        import traceback
+        self.rec(section=section, impl=what, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:], **context)
+
+    def guarded(self, section: str, what: str, fn: Callable[[], Any], **context) -> Any:
+        """``fn()``, or None after recording its exception: one failing measurement ends nothing else."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - recorded
+            self.error(section, what, exc, **context)
+            return None
+
+    def out_of_time(self, section: str, what: str, need_s: float = 0.0, **context) -> bool:
+        """True (and recorded as skipped) when at most `need_s` seconds of the budget remain."""
+        if self.left_s() > need_s:
+            return False
+        self.rec(section=section, impl=what, skipped=f"time budget (needs ~{need_s:.0f}s)", **context)
+        return True
