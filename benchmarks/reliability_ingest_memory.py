@@ -18,23 +18,27 @@ child's TMPDIR is a fresh folder, so anything left there is a leak). Cases:
 * ``*_noisolate``: the same with ``--no-isolate`` (files processed in the CLI's own process
   rather than in its per-file worker; the "before" CLI had no worker).
 
-``--pythonpath DIR`` runs the CLI from another checkout for the "before" rows: ``git worktree add
---detach /tmp/before HEAD`` and copy the built ``colgraph_engine/_core*.so`` into it (from the
-venv's ``site-packages/colgraph_engine``), else the native module is absent there. Prints one
+``--pythonpath DIR`` runs the CLI from another checkout for the "before" rows (through
+``_harness.checkout_env``): ``git worktree add --detach /tmp/before HEAD`` and copy the built
+``colgraph_engine/_core*.so`` into it (from the venv's ``site-packages/colgraph_engine``), else the
+native module is absent there. Prints one
 JSON object per case, then a JSON list of all of them.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
 
 CASES = ("bomb1", "bomb3", "blank200", "blank800", "blank10000_nopages", "md50")
 # the same inputs with --no-isolate (after only: the CLI processes files in its own process,
@@ -42,39 +46,15 @@ CASES = ("bomb1", "bomb3", "blank200", "blank800", "blank10000_nopages", "md50")
 NO_ISOLATE = ("blank800_noisolate", "md50_noisolate")
 
 
-def bomb_pdf(path: Path, pages: int = 1) -> None:
-    """The hand-written 14400 x 14400 pt page-size bomb of the tests (``tests/test_ingest_bounded.py``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.test_ingest_bounded import bomb_pdf as write
-    write(path, pages=pages)
-
-
-def blank_pdf(path: Path, pages: int, width: float = 612.0, height: float = 792.0) -> int:
-    """A PDF of `pages` blank pages made with pypdfium2; its size in bytes."""
-    import pypdfium2 as pdfium
-
-    doc = pdfium.PdfDocument.new()
-    try:
-        for _ in range(pages):
-            doc.new_page(width, height).close()
-        doc.save(str(path))
-    finally:
-        doc.close()
-    return path.stat().st_size
-
-
 def one_line_markdown(path: Path, megabytes: float = 50.0, seed: int = 0) -> int:
     """`megabytes` MB of lower-case pseudo-words separated by spaces, on one line, no newline."""
     rng = random.Random(seed)
     vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
              for _ in range(5000)]
-    target = int(megabytes * 1_000_000)
     with open(path, "w", encoding="ascii") as f:
         written = 0
-        while written < target:
-            chunk = " ".join(rng.choices(vocab, k=20000)) + " "
-            f.write(chunk)
-            written += len(chunk)
+        while written < megabytes * 1_000_000:
+            written += f.write(" ".join(rng.choices(vocab, k=20000)) + " ")
     return path.stat().st_size
 
 
@@ -83,79 +63,57 @@ def make_case(name: str, folder: Path) -> tuple[Path, list[str]]:
     if name.endswith("_noisolate"):
         file, extra = make_case(name[: -len("_noisolate")], folder)
         return file, extra + ["--no-isolate"]
-    if name.startswith("bomb"):
-        p = folder / "bomb.pdf"
-        bomb_pdf(p, int(name[4:]))
-        return p, []
+    if name.startswith("bomb"):  # the hand-written 14400 x 14400 pt page-size bomb of the tests
+        from tests.test_ingest_bounded import bomb_pdf
+        bomb_pdf(folder / "bomb.pdf", pages=int(name[4:]))
+        return folder / "bomb.pdf", []
     if name.startswith("blank"):
-        n = int(name[5:].split("_")[0])
-        p = folder / "blank.pdf"
-        blank_pdf(p, n)
-        return p, (["--no-page-images"] if "_nopages" in name else [])
+        h.blank_pdf(folder / "blank.pdf", int(name[5:].split("_")[0]))
+        return folder / "blank.pdf", (["--no-page-images"] if "_nopages" in name else [])
     if name == "md50":
-        p = folder / "long.md"
-        one_line_markdown(p, 50.0)
-        return p, []
+        one_line_markdown(folder / "long.md", 50.0)
+        return folder / "long.md", []
     raise ValueError(f"cases: unknown case {name!r}; known: {CASES + NO_ISOLATE}")
 
 
-# Runs ``python -m colgraph_engine`` from the checkout in argv[1]. The venv's editable install
-# redirects ``import colgraph_engine`` to its own tree through a meta-path finder that PYTHONPATH
-# does not override, so the finder is removed first.
-_FROM_CHECKOUT = """import runpy, sys
-root = sys.argv.pop(1)
-sys.meta_path[:] = [f for f in sys.meta_path if "Redirecting" not in type(f).__name__]
-sys.path.insert(0, root)
-runpy.run_module("colgraph_engine", run_name="__main__", alter_sys=True)
-"""
-
-
 def run_case(name: str, pythonpath: str | None, timeout: float) -> dict:
+    """One CLI build of case `name`; run in a helper process of its own (see :func:`main`)."""
     work = Path(tempfile.mkdtemp(prefix="ingest-mem-"))
     try:
         src, tmp = work / "in", work / "tmp"
         src.mkdir()
         tmp.mkdir()
         file, extra = make_case(name, src)
-        env = dict(os.environ, TMPDIR=str(tmp), OMP_NUM_THREADS="1")
-        cli = [sys.executable, "-c", _FROM_CHECKOUT, pythonpath] if pythonpath else [sys.executable, "-m",
-                                                                                     "colgraph_engine"]
         if not pythonpath and name.startswith("blank10000"):
             extra = [*extra, "--max-pages", "0"]  # the CLI now stops at 5,000 pages by default
-        cmd = [*cli, "index", "build", str(src), "--out", str(work / "idx"), "--json", *extra]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        seconds = time.perf_counter() - t0
-        peak = _children_peak_mb()
-        row = {"case": name, "file_bytes": file.stat().st_size, "seconds": round(seconds, 2),
-               "peak_rss_mb": peak, "rc": proc.returncode,
-               "spool_dirs_left": len(list(tmp.glob("colgraph-images-*"))),
-               "tmp_entries_left": len(list(tmp.iterdir()))}
-        if proc.returncode == 0:
+        cmd = [sys.executable, "-m", "colgraph_engine", "index", "build", str(src), "--out", str(work / "idx"),
+               "--json", *extra]
+        proc = subprocess.Popen(cmd, env=h.checkout_env(pythonpath, TMPDIR=str(tmp), OMP_NUM_THREADS="1"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work)
+
+        def wait():
             try:
-                totals = json.loads(out)["totals"]
-                row.update({k: totals.get(k) for k in ("added", "pages", "segments", "images")})
-            except (ValueError, KeyError, TypeError):
-                pass
-        else:
+                return proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.communicate()
+        (out, err), seconds = h.timed(wait)
+        # RUSAGE_CHILDREN's ru_maxrss: the largest reaped child, here the CLI or one of its workers
+        row = {"case": name, "file_bytes": file.stat().st_size, "seconds": round(seconds, 2),
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+               "rc": proc.returncode, "spool_dirs_left": len(list(tmp.glob("colgraph-images-*"))),
+               "tmp_entries_left": len(list(tmp.iterdir()))}
+        if proc.returncode != 0:
             row["stderr_tail"] = err.decode(errors="replace")[-400:]
+            return row
+        try:
+            totals = json.loads(out)["totals"]
+            row.update({k: totals.get(k) for k in ("added", "pages", "segments", "images")})
+        except (ValueError, KeyError, TypeError):
+            pass
         return row
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _children_peak_mb() -> float:
-    """Peak RSS (MB) of the largest child reaped so far. ``RUSAGE_CHILDREN``'s ``ru_maxrss`` is
-    a maximum over all reaped children, so each case runs in its own helper process (``main``)
-    whose only child is the CLI."""
-    import resource
-
-    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
 
 def main() -> None:
@@ -172,13 +130,10 @@ def main() -> None:
     for name in args.cases.split(","):
         # one helper process per case, so that RUSAGE_CHILDREN's maximum is this case's child alone
         cmd = [sys.executable, __file__, "--one", name, "--timeout", str(args.timeout)]
-        if args.pythonpath:
-            cmd += ["--pythonpath", args.pythonpath]
-        res = subprocess.run(cmd, capture_output=True, text=True)
         try:
-            row = json.loads(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            row = {"case": name, "error": res.stderr[-400:]}
+            row = h.run_json(cmd + (["--pythonpath", args.pythonpath] if args.pythonpath else []))
+        except h.ChildFailed as exc:
+            row = {"case": name, "error": exc.stderr[-400:]}
         row["code"] = "before" if args.pythonpath else "after"
         print(json.dumps(row), flush=True)
         rows.append(row)

@@ -10,10 +10,10 @@ the index, the status, failure count and last failure of the PDF, the last line 
     python benchmarks/reliability_isolation.py --before /tmp/before_iso [--pages 10000 200] [--limit-gb 6]
         [--tree NAME=PATH ...] [--md benchmarks/results/reliability_isolation.md]
 
-A tree other than this one is imported through ``PYTHONPATH``; ``SKBUILD_EDITABLE_SKIP`` turns
-off the editable install's import redirection (which would otherwise load this tree), in the
-command and in the worker processes it starts. Its native module ``_core`` is then absent (the
-engine falls back to Python/torch), which changes no outcome here.
+A tree other than this one is imported through ``_harness.checkout_env`` (``PYTHONPATH``, and
+``SKBUILD_EDITABLE_SKIP`` turning off the editable install's import redirection, which would
+otherwise load this tree), in the command and in the worker processes it starts. Its native
+module ``_core`` is then absent (the engine falls back to Python/torch), which changes no outcome here.
 """
 from __future__ import annotations
 
@@ -21,48 +21,31 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+
 GOOD = "# Good\n\nThe Matterhorn stands above Zermatt in Switzerland.\n"
+# whether good.md is in the committed index at argv[1] (read by a fresh process, without the limit)
+INDEXED = ("import sys; from colgraph_engine.kg.index import _read_manifest; from pathlib import Path; "
+           "print('good.md' in [d['doc_id'] for d in _read_manifest(Path(sys.argv[1]))['documents']])")
 
 
 def make_folder(folder: Path, pages: int) -> float:
     """big.pdf (`pages` blank US-letter pages) + good.md; returns the seconds generating took."""
-    import pypdfium2 as pdfium
-
     folder.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    doc = pdfium.PdfDocument.new()
-    for _ in range(pages):
-        doc.new_page(612, 792)
-    doc.save(folder / "big.pdf")
-    doc.close()
+    seconds = h.timed(h.blank_pdf, folder / "big.pdf", pages)[1]
     (folder / "good.md").write_text(GOOD)
-    return time.perf_counter() - t0
-
-
-def _editable_build_dir() -> str | None:
-    """The build folder the editable install's import finder answers for (its skip key)."""
-    for finder in sys.meta_path:
-        if type(finder).__name__.startswith("ScikitBuild") and getattr(finder, "path", None):
-            return finder.path
-    return None
+    return seconds
 
 
 def run_build(tree: Path, folder: Path, out: Path, limit_gb: float, extra: list[str]) -> dict:
-    env = dict(os.environ)
-    if tree.resolve() != HERE:
-        env["PYTHONPATH"] = str(tree)
-        skip = _editable_build_dir()
-        if skip:
-            env["SKBUILD_EDITABLE_SKIP"] = skip
+    env = h.checkout_env(tree)
     limit = int(limit_gb * 2**30)
 
     def cap():  # what `ulimit -v` does, in the child only
@@ -70,16 +53,15 @@ def run_build(tree: Path, folder: Path, out: Path, limit_gb: float, extra: list[
 
     cmd = [sys.executable, "-m", "colgraph_engine", "index", "build", str(folder), "--out", str(out), "--json",
            *extra]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, preexec_fn=cap, capture_output=True, text=True, cwd=tempfile.gettempdir())
-    seconds = time.perf_counter() - t0
+    done, seconds = h.timed(subprocess.run, cmd, env=env, preexec_fn=cap, capture_output=True, text=True,
+                            cwd=tempfile.gettempdir())
     row = {"tree": str(tree), "rc": done.returncode, "seconds": round(seconds, 1), "command": " ".join(cmd[1:])}
     if done.returncode < 0:
         row["rc_shell"] = 128 - done.returncode  # what a shell shows: 134 = SIGABRT
-    row["good_md_indexed"] = _indexed(out, env)
+    row["good_md_indexed"] = (out / "manifest.json").exists() and subprocess.run(
+        [sys.executable, "-c", INDEXED, str(out)], capture_output=True, text=True, env=env).stdout.strip() == "True"
     try:
-        rep = json.loads(done.stdout)
-        docs = {d["doc_id"]: d for d in rep["documents"]}
+        docs = {d["doc_id"]: d for d in json.loads(done.stdout)["documents"]}
         big = docs.get("big.pdf", {})
         row["good_md_status"] = docs.get("good.md", {}).get("status")
         row["big_pdf"] = {"status": big.get("status"), "pages": big.get("pages"),
@@ -93,35 +75,27 @@ def run_build(tree: Path, folder: Path, out: Path, limit_gb: float, extra: list[
     return row
 
 
-def _indexed(out: Path, env: dict) -> bool:
-    """Whether good.md is in the committed index (read by a fresh process, without the limit)."""
-    code = ("import sys; from colgraph_engine.kg.index import _read_manifest; from pathlib import Path; "
-            "print('good.md' in [d['doc_id'] for d in _read_manifest(Path(sys.argv[1]))['documents']])")
-    if not (out / "manifest.json").exists():
-        return False
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env)
-    return done.stdout.strip() == "True"
+def _cells(pages: int, pdf_mb: float, name: str, r: dict) -> dict:
+    """One row of the Markdown table: a folder run by one code tree."""
+    big = r["big_pdf"] or {}
+    msg = big.get("last_failure") or (big.get("notes") or [None])[0] or r["stderr_last"] or "(none)"
+    return {"big": f"{pages:,} pages, {pdf_mb:.2f} MB", "code": name,
+            "rc": f"{r['rc']} (shell {r['rc_shell']})" if "rc_shell" in r else str(r["rc"]),
+            "good": "yes" if r["good_md_indexed"] else "no",
+            "what": f"{big['status']}, {big['pages']} pages read, {big['failures']} failures" if big else "-",
+            "msg": msg.replace("|", "/")[:300], "s": r["seconds"]}
 
 
 def markdown(rep: dict) -> str:
-    lines = [f"# One file's failure vs the whole build (issue 22, item 4) ({rep['date']})", "",
-             f"Command: `python benchmarks/reliability_isolation.py {rep['args']}`. Machine: {rep['machine']}. "
-             "Each folder: `big.pdf` (blank 612 x 792 pt pages, generated with pypdfium2) and `good.md`; "
-             f"`colgraph index build DIR --out IX --json` under RLIMIT_AS = {rep['limit_gb']:g} GiB (`ulimit -v`), "
-             "defaults otherwise.", "",
-             "| big.pdf | code | exit code | good.md indexed | big.pdf outcome | message | wall s |",
-             "|---|---|---:|---|---|---|---:|"]
-    for f in rep["folders"]:
-        for name, r in f["runs"].items():
-            big = r["big_pdf"]
-            what = "-" if big is None else f"{big['status']}, {big['pages']} pages read, {big['failures']} failures"
-            msg = ((big or {}).get("last_failure") or ((big or {}).get("notes") or [None])[0] or r["stderr_last"]
-                   or "(none)")
-            rc = f"{r['rc']} (shell {r['rc_shell']})" if "rc_shell" in r else str(r["rc"])
-            lines.append(f"| {f['pages']:,} pages, {f['pdf_mb']:.2f} MB | {name} | {rc} | "
-                         f"{'yes' if r['good_md_indexed'] else 'no'} | {what} | {msg.replace('|', '/')[:300]} | "
-                         f"{r['seconds']} |")
-    return "\n".join(lines) + "\n"
+    rows = [_cells(f["pages"], f["pdf_mb"], name, r) for f in rep["folders"] for name, r in f["runs"].items()]
+    return "\n".join([
+        f"# One file's failure vs the whole build (issue 22, item 4) ({rep['date']})", "",
+        f"Command: `python benchmarks/reliability_isolation.py {rep['args']}`. Machine: {rep['machine']}. "
+        "Each folder: `big.pdf` (blank 612 x 792 pt pages, generated with pypdfium2) and `good.md`; "
+        f"`colgraph index build DIR --out IX --json` under RLIMIT_AS = {rep['limit_gb']:g} GiB (`ulimit -v`), "
+        "defaults otherwise.", "",
+        *h.table([("big.pdf", "big"), ("code", "code"), ("exit code:", "rc"), ("good.md indexed", "good"),
+                  ("big.pdf outcome", "what"), ("message", "msg"), ("wall s:", "s")], rows)]) + "\n"
 
 
 def main(argv=None) -> int:
@@ -139,7 +113,7 @@ def main(argv=None) -> int:
         if not path:
             raise SystemExit(f"--tree: expected NAME=PATH, got {spec!r}")
         trees[name] = Path(path)
-    trees["after"] = HERE
+    trees["after"] = h.ROOT
     folders = []
     for pages in args.pages:
         with tempfile.TemporaryDirectory(prefix="reliability-isolation-") as tmp:
@@ -149,10 +123,8 @@ def main(argv=None) -> int:
                     for i, (name, tree) in enumerate(trees.items())}
             folders.append({"pages": pages, "pdf_mb": round((folder / "big.pdf").stat().st_size / 1e6, 2),
                             "generate_s": round(gen, 2), "runs": runs})
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-               platform.processor())
     rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": f"{os.cpu_count()}-core {cpu} (shared)", "limit_gb": args.limit_gb,
+           "machine": f"{os.cpu_count()}-core {h.cpu_model()} (shared)", "limit_gb": args.limit_gb,
            "args": " ".join(sys.argv[1:] if argv is None else argv), "folders": folders}
     print(json.dumps(rep, indent=1))
     if args.md is not None:

@@ -21,22 +21,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import torch
 
-import colgraph_engine as cg
-from colgraph_engine import PackedStore
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import colgraph_engine as cg  # noqa: E402
+from colgraph_engine import PackedStore  # noqa: E402
 
 # ------------------------------------------------------------------------------------------
 # concurrency
 # ------------------------------------------------------------------------------------------
+
+COUNTS = ("searches", "wrong_results", "wrong_pairs", "errors", "cand_calls", "cand_wrong", "get_calls", "get_wrong")
 
 
 def _items(rng: np.random.Generator, n: int, d: int) -> list[torch.Tensor]:
@@ -44,150 +48,115 @@ def _items(rng: np.random.Generator, n: int, d: int) -> list[torch.Tensor]:
 
 
 def _plan(seed: int, steps: int, d: int, n0: int):
-    """A writer script: (kind, payload) steps over an initial store of n0 items."""
+    """``(initial items, writer steps, stable ids)``: n0 items, then `steps` store calls ``(method, args)``
+    (add, delete, add, delete, compact, ...); the stable ids are never deleted (candidates to score)."""
     rng = np.random.default_rng(seed)
     init = _items(rng, n0, d)
-    ops = []
-    live = list(range(n0))
-    next_id = n0
-    stable = set(range(0, n0, 7))  # never deleted: candidates for score_candidates
+    ops, live, next_id = [], list(range(n0)), n0
+    stable = set(range(0, n0, 7))
     for s in range(steps):
-        r = s % 5
-        if r in (0, 2):
+        if s % 5 in (0, 2):
             k = int(rng.integers(5, 40))
-            ops.append(("add", _items(rng, k, d)))
+            ops.append(("add", (_items(rng, k, d),)))
             live += list(range(next_id, next_id + k))
             next_id += k
-        elif r in (1, 3):
+        elif s % 5 in (1, 3):
             cands = [i for i in live if i not in stable]
             pick = rng.choice(len(cands), size=min(len(cands), int(rng.integers(5, 40))), replace=False)
             dead = [cands[int(p)] for p in pick]
-            ops.append(("delete", dead))
+            ops.append(("delete", (dead,)))
             live = [i for i in live if i not in set(dead)]
         else:
-            ops.append(("compact", None))
+            ops.append(("compact", ()))
     return init, ops, sorted(stable)
 
 
-def _apply(store: PackedStore, op) -> None:
-    kind, payload = op
-    if kind == "add":
-        store.add(payload)
-    elif kind == "delete":
-        store.delete(payload)
-    else:
-        store.compact()
+def _filled(d: int, items) -> PackedStore:
+    s = PackedStore(d)
+    s.add(items)
+    return s
+
+
+def _misses(ref, sc, ids) -> int:
+    """How many (id, score) pairs of the result ``(sc, ids)`` differ from the oracle's `ref`."""
+    rs, ri = ref
+    if rs.shape == sc.shape and torch.equal(rs, sc) and torch.equal(ri, ids):
+        return 0
+    got, want = set(zip(ids[0].tolist(), sc[0].tolist())), set(zip(ri[0].tolist(), rs[0].tolist()))
+    return max(rs.shape[1], sc.shape[1]) - len(got & want)
 
 
 def concurrency(seed: int = 0, steps: int = 60, readers: int = 3, d: int = 32, n0: int = 1500, k: int = 10,
                 n_queries: int = 6, min_searches: int = 300, backend: str | None = None) -> dict:
+    """One run of `readers` reader threads against the writer of :func:`_plan` (the module's docstring)."""
     init, ops, stable = _plan(seed, steps, d, n0)
     g = torch.Generator().manual_seed(seed + 1)
-    queries = [cg.pack([torch.randn(int(torch.randint(2, 9, (1,), generator=g)), d, generator=g)]) for _ in range(n_queries)]
+    queries = [cg.pack([torch.randn(int(torch.randint(2, 9, (1,), generator=g)), d, generator=g)])
+               for _ in range(n_queries)]
     cand = torch.tensor(stable[:50], dtype=torch.int64)
     cand_off = torch.tensor([0, cand.numel()])
-
-    # serial oracle: results on every state 0..steps
-    store = PackedStore(d)
-    store.add(init)
-    oracle = []
+    store, oracle = _filled(d, init), []  # the serial oracle: results on every state 0..steps
     for s in range(steps + 1):
         oracle.append([store.search(qv, qo, k=k, backend=backend) for qv, qo in queries])
         if s < steps:
-            _apply(store, ops[s])
-    cand_ref = PackedStore(d)
-    cand_ref.add(init)
-    cand_expected = [cand_ref.score_candidates(qv, qo, cand_off, cand, backend=backend) for qv, qo in queries]
+            getattr(store, ops[s][0])(*ops[s][1])
+    ref = _filled(d, init)
+    cand_expected = [ref.score_candidates(qv, qo, cand_off, cand, backend=backend) for qv, qo in queries]
     get_expected = {int(i): init[int(i)] for i in cand[:10]}
 
-    store = PackedStore(d)
-    store.add(init)
-    done = [0]  # writer steps completed
-    stop = threading.Event()
-    stats = dict(searches=0, wrong_results=0, wrong_pairs=0, errors=0, cand_calls=0, cand_wrong=0, get_calls=0,
-                 get_wrong=0, error_kinds={})
-    lock = threading.Lock()
+    store, done, stop, lock = _filled(d, init), [0], threading.Event(), threading.Lock()  # done: writer steps
+    stats, kinds = Counter(dict.fromkeys(COUNTS, 0)), Counter()
 
-    def note_error(exc):
+    def count(**add):
         with lock:
-            stats["errors"] += 1
-            key = f"{type(exc).__name__}: {str(exc)[:80]}"
-            stats["error_kinds"][key] = stats["error_kinds"].get(key, 0) + 1
+            stats.update(add)
+
+    def error(exc):
+        count(errors=1)
+        with lock:
+            kinds[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1
 
     def reader(rid: int):
         i = rid
         while not stop.is_set() or stats["searches"] < min_searches:
-            qi = i % n_queries
-            i += 1
-            s0 = done[0]
+            qi, i, s0 = i % n_queries, i + 1, done[0]
             try:
                 sc, ids = store.search(*queries[qi], k=k, backend=backend)
             except Exception as exc:  # noqa: BLE001 - counted
-                note_error(exc)
+                error(exc)
                 continue
-            s1 = min(steps, done[0] + 1)
-            best = None
-            for s in range(s0, s1 + 1):
-                rs, ri = oracle[s][qi]
-                if rs.shape == sc.shape and torch.equal(rs, sc) and torch.equal(ri, ids):
-                    best = 0
-                    break
-                width = max(rs.shape[1], sc.shape[1])
-                got = set(zip(ids[0].tolist(), sc[0].tolist()))
-                ref = set(zip(ri[0].tolist(), rs[0].tolist()))
-                miss = width - len(got & ref)
-                best = miss if best is None else min(best, miss)
-            with lock:
-                stats["searches"] += 1
-                if best:
-                    stats["wrong_results"] += 1
-                    stats["wrong_pairs"] += best
-            # readers of stable items: candidates and get
-            try:
-                got = store.score_candidates(*queries[qi], cand_off, cand, backend=backend)
-                ok = torch.equal(got, cand_expected[qi])
+            best = min(_misses(oracle[s][qi], sc, ids) for s in range(s0, min(steps, done[0] + 1) + 1))
+            count(searches=1, wrong_results=int(best > 0), wrong_pairs=best)
+            try:  # readers of stable items: candidates and get
+                ok = torch.equal(store.score_candidates(*queries[qi], cand_off, cand, backend=backend),
+                                 cand_expected[qi])
                 item = int(cand[i % 10])
-                v = store.get(item)
-                ok_get = torch.equal(v, get_expected[item])
+                ok_get = torch.equal(store.get(item), get_expected[item])
             except Exception as exc:  # noqa: BLE001 - counted
-                note_error(exc)
+                error(exc)
                 continue
-            with lock:
-                stats["cand_calls"] += 1
-                stats["cand_wrong"] += int(not ok)
-                stats["get_calls"] += 1
-                stats["get_wrong"] += int(not ok_get)
+            count(cand_calls=1, cand_wrong=int(not ok), get_calls=1, get_wrong=int(not ok_get))
 
     threads = [threading.Thread(target=reader, args=(r,)) for r in range(readers)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for s in range(steps):
-        _apply(store, ops[s])
+        getattr(store, ops[s][0])(*ops[s][1])
         done[0] = s + 1
         time.sleep(0.002)
     stop.set()
     for t in threads:
         t.join()
-    stats["seconds"] = round(time.perf_counter() - t0, 2)
-    stats["writer_steps"] = steps
-    # final state equals the serial one
-    final = [store.search(qv, qo, k=k, backend=backend) for qv, qo in queries]
-    stats["final_state_equal"] = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(final, oracle[-1]))
-    return stats
+    final = [store.search(qv, qo, k=k, backend=backend) for qv, qo in queries]  # equals the serial one?
+    return {**stats, "error_kinds": dict(kinds), "seconds": round(time.perf_counter() - t0, 2), "writer_steps": steps,
+            "final_state_equal": all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                                     for a, b in zip(final, oracle[-1]))}
 
 
 # ------------------------------------------------------------------------------------------
 # memory
 # ------------------------------------------------------------------------------------------
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
-
 
 def _memory_child(normalize: bool, gib: float, dtype_name: str, nq: int, legacy: bool = False) -> dict:
     dtype = getattr(torch, dtype_name)
@@ -201,49 +170,34 @@ def _memory_child(normalize: bool, gib: float, dtype_name: str, nq: int, legacy:
     xo = torch.arange(0, n_docs * per_doc + 1, per_doc, dtype=torch.int64)
     qv, qo = cg.pack([torch.randn(32, d).to(dtype) for _ in range(nq)])
     cg.maxsim_topk(qv[:1], torch.tensor([0, 1]), xv[:per_doc], xo[:2], k=1, normalize=normalize)  # warm-up
-    reset = True
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        reset = False
-    base = _rss_kib("VmRSS")
-    peak = [base]
-    stop = threading.Event()
+    reset = h.reset_peak()
+    base = h.proc_bytes("VmRSS")
+    peak, stop = [base], threading.Event()
 
     def sample():
         while not stop.is_set():
-            peak[0] = max(peak[0], _rss_kib("VmRSS"))
+            peak[0] = max(peak[0], h.proc_bytes("VmRSS"))
             time.sleep(0.002)
-
     th = threading.Thread(target=sample)
     th.start()
-    t0 = time.perf_counter()
     if legacy and normalize:  # what maxsim_topk(normalize=True) did before: normalise everything, then scan
         from colgraph_engine.ops import scoring
-        cg.maxsim_topk(scoring._unit(qv), qo, scoring._unit(xv), xo, k=10)
+        _, secs = h.timed(cg.maxsim_topk, scoring._unit(qv), qo, scoring._unit(xv), xo, k=10)
     else:
-        cg.maxsim_topk(qv, qo, xv, xo, k=10, normalize=normalize)
-    secs = time.perf_counter() - t0
+        _, secs = h.timed(cg.maxsim_topk, qv, qo, xv, xo, k=10, normalize=normalize)
     stop.set()
     th.join()
-    hwm = _rss_kib("VmHWM") if reset else peak[0]
-    return dict(normalize=normalize, legacy=legacy, dtype=dtype_name, queries=nq, docs=n_docs, store_mib=round(xv.numel() * elem / 2**20, 1),
-                extra_mib=round((max(hwm, peak[0]) - base) / 1024, 1), seconds=round(secs, 3), hwm_reset=reset)
+    hwm = h.proc_bytes("VmHWM") if reset else peak[0]
+    return dict(normalize=normalize, legacy=legacy, dtype=dtype_name, queries=nq, docs=n_docs,
+                store_mib=round(xv.numel() * elem / 2**20, 1), extra_mib=round((max(hwm, peak[0]) - base) / 2**20, 1),
+                seconds=round(secs, 3), hwm_reset=reset)
 
 
 def memory(gib: float = 1.0, dtypes=("float32", "bfloat16"), nqs=(1, 32)) -> list[dict]:
     """Each row in a fresh process; ``legacy`` re-enacts the code before the fix (normalise the
     whole collection, then scan)."""
-    out = []
-    for dt in dtypes:
-        for nq in nqs:
-            for norm, legacy in ((False, False), (True, True), (True, False)):
-                r = subprocess.run([sys.executable, __file__, "memory-child", "--normalize", str(int(norm)), "--gib",
-                                    str(gib), "--dtype", dt, "--nq", str(nq), "--legacy", str(int(legacy))],
-                                   capture_output=True, text=True, check=True)
-                out.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    return out
+    return [h.in_fresh_process(_memory_child, norm, gib, dt, nq, legacy)
+            for dt in dtypes for nq in nqs for norm, legacy in ((False, False), (True, True), (True, False))]
 
 
 # ------------------------------------------------------------------------------------------
@@ -279,6 +233,12 @@ def _probe_fp16_overflow():
     return "stored inf" if bool(torch.isinf(s.values).any()) else "ok"
 
 
+def _native_vs_torch(call) -> str:
+    """"consistent" when ``call(backend)`` gives NaN at the same places with backend native and torch."""
+    a, b = call("native"), call("torch")
+    return "consistent" if torch.equal(torch.isnan(a), torch.isnan(b)) else f"native={a.tolist()} torch={b.tolist()}"
+
+
 def _nan_docs(backend):
     xv, xo = cg.pack([torch.randn(3, 8), torch.randn(2, 8)])
     xv[1, 2] = float("nan")
@@ -286,9 +246,9 @@ def _nan_docs(backend):
     return cg.maxsim(qv, qo, xv, xo, backend=backend)
 
 
-def _nan_consistent():
-    a, b = _nan_docs("native"), _nan_docs("torch")
-    return "consistent" if torch.equal(torch.isnan(a), torch.isnan(b)) else f"native={a.tolist()} torch={b.tolist()}"
+def _nan_query(backend):
+    qv = torch.where(torch.arange(QV.numel()).view_as(QV) == 3, float("nan"), QV)
+    return cg.maxsim(qv, QO, XV, XO, backend=backend)
 
 
 QV, QO = cg.pack([torch.randn(3, 8), torch.randn(2, 8)])
@@ -307,12 +267,13 @@ PROBES = [
     ("PackedStore(device='foo')", "device", lambda: PackedStore(8, device="foo")),
     ("PackedStore(device=3.5)", "device", lambda: PackedStore(8, device=3.5)),
     ("fp16 store add(1e6)", "items", _probe_fp16_overflow),
-    ("maxsim NaN in a document: native vs torch", "docs_values", _nan_consistent),
+    ("maxsim NaN in a document: native vs torch", "docs_values", lambda: _native_vs_torch(_nan_docs)),
     ("store.search(NaN query)", "queries", lambda: _store().search([torch.full((2, 8), float("nan"))], k=2)),
     ("store.search('abc')", "queries", lambda: _store().search("abc", k=2)),
     ("store.search([])", "queries", lambda: _store().search([], k=2)),
     ("store.search(2-D tensor, no q_offsets)", "queries", lambda: _store().search(torch.randn(3, 8), k=2)),
-    ("store.search([float64 query])", "queries", lambda: _store().search([torch.randn(3, 8, dtype=torch.float64)], k=2)),
+    ("store.search([float64 query])", "queries",
+     lambda: _store().search([torch.randn(3, 8, dtype=torch.float64)], k=2)),
     ("store.search([int query])", "queries", lambda: _store().search([torch.ones(3, 8, dtype=torch.int32)], k=2)),
     ("store.search(qv, q_offsets=list)", "q_offsets", lambda: _store().search(QV, [0, 3, 5], k=2)),
     ("store.search(qv, q_offsets=int32)", "q_offsets", lambda: _store().search(QV, QO.int(), k=2)),
@@ -322,7 +283,8 @@ PROBES = [
     ("store.add([float64 item])", "items", lambda: _store().add([torch.randn(2, 8, dtype=torch.float64)])),
     ("store.add(5)", "items", lambda: _store().add(5)),
     ("store.add((values, int32 offsets))", "items", lambda: _store().add((XV, XO.int()))),
-    ("store.add(ids=[2**64-1])", "ids", lambda: _store().add([torch.randn(2, 8)], ids=np.array([2**64 - 1], np.uint64))),
+    ("store.add(ids=[2**64-1])", "ids",
+     lambda: _store().add([torch.randn(2, 8)], ids=np.array([2**64 - 1], np.uint64))),
     ("store.add(ids=[2**70])", "ids", lambda: _store().add([torch.randn(2, 8)], ids=[2**70])),
     ("store.get(999)", "item_id", lambda: _store().get(999)),
     ("store.get('a')", "item_id", lambda: _store().get("a")),
@@ -348,15 +310,13 @@ PROBES = [
     ("PackedStore(dtype='float32')", "dtype", lambda: PackedStore(8, "float32")),
     ("maxsim(requires_grad query, native)", "queries_values",
      lambda: cg.maxsim(QV.clone().requires_grad_(), QO, XV, XO, backend="native")),
-    ("maxsim(NaN query, native vs torch)", "queries_values",
-     lambda: (lambda a, b: "consistent" if torch.equal(torch.isnan(a), torch.isnan(b)) else "inconsistent")(
-         cg.maxsim(torch.where(torch.arange(QV.numel()).view_as(QV) == 3, float("nan"), QV), QO, XV, XO, backend="native"),
-         cg.maxsim(torch.where(torch.arange(QV.numel()).view_as(QV) == 3, float("nan"), QV), QO, XV, XO, backend="torch"))),
+    ("maxsim(NaN query, native vs torch)", "queries_values", lambda: _native_vs_torch(_nan_query)),
     ("maxsim_topk(k=np.int64(2))", None, lambda: cg.maxsim_topk(QV, QO, XV, XO, np.int64(2))),
     ("maxsim_topk(chunk_docs=2.5)", "chunk_docs", lambda: cg.maxsim_topk(QV, QO, XV, XO, 2, chunk_docs=2.5)),
     ("maxsim_topk(chunk_docs=True)", "chunk_docs", lambda: cg.maxsim_topk(QV, QO, XV, XO, 2, chunk_docs=True)),
     ("maxsim_topk(alive=list)", "alive", lambda: cg.maxsim_topk(QV, QO, XV, XO, 2, alive=[True] * 3)),
-    ("maxsim_topk(alive wrong shape)", "alive", lambda: cg.maxsim_topk(QV, QO, XV, XO, 2, alive=torch.ones(2, dtype=torch.bool))),
+    ("maxsim_topk(alive wrong shape)", "alive",
+     lambda: cg.maxsim_topk(QV, QO, XV, XO, 2, alive=torch.ones(2, dtype=torch.bool))),
     ("maxsim(normalize=1)", "normalize", lambda: cg.maxsim(QV, QO, XV, XO, normalize=1)),
     ("maxsim(backend='cuda')", "backend", lambda: cg.maxsim(QV, QO, XV, XO, backend="cuda")),
     ("maxsim(queries_values=None)", "queries_values", lambda: cg.maxsim(None, QO, XV, XO)),
@@ -384,61 +344,49 @@ PROBES = [
 ]
 
 
+def verdict(arg: str | None, fn) -> tuple[str, str]:
+    """``(outcome, verdict)`` of one probe: an error must be a TypeError/ValueError naming `arg`."""
+    try:
+        res = fn()
+    except Exception as exc:  # noqa: BLE001 - classified
+        kind, msg = type(exc).__name__, (str(exc).splitlines() or [""])[0][:140]
+        good_type = isinstance(exc, (TypeError, ValueError)) and kind in ("TypeError", "ValueError", "FormatError")
+        named = arg is None or arg in msg
+        return f"{kind}: {msg}", "ok" if good_type and named else "argument not named" if good_type else "wrong type"
+    if isinstance(res, str):
+        return res[:140], "ok" if res in ("ok", "consistent") else "silent"
+    if arg is None:
+        return "accepted", "ok"
+    desc = res if isinstance(res, int) else "returned " + (
+        f"{tuple(res[0].shape)}" if isinstance(res, tuple) else type(res).__name__)
+    return f"no error ({desc})", "silent"
+
+
 def bad_input() -> dict:
     rows = []
     for case, arg, fn in PROBES:
-        try:
-            res = fn()
-        except Exception as exc:  # noqa: BLE001 - classified
-            kind = type(exc).__name__
-            msg = str(exc).splitlines()[0][:140] if str(exc) else ""
-            good_type = isinstance(exc, (TypeError, ValueError)) and kind in ("TypeError", "ValueError", "FormatError")
-            named = arg is None or arg in msg
-            verdict = "ok" if good_type and named else ("wrong type" if not good_type else "argument not named")
-            rows.append(dict(case=case, outcome=f"{kind}: {msg}", verdict=verdict))
-            continue
-        if isinstance(res, str):
-            verdict = "ok" if res in ("ok", "consistent") else "silent"
-            rows.append(dict(case=case, outcome=res[:140], verdict=verdict))
-        elif arg is None:
-            rows.append(dict(case=case, outcome="accepted", verdict="ok"))
-        else:
-            desc = res if isinstance(res, int) else "returned " + (
-                f"{tuple(res[0].shape)}" if isinstance(res, tuple) else type(res).__name__)
-            rows.append(dict(case=case, outcome=f"no error ({desc})", verdict="silent"))
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("ok", "silent", "argument not named", "wrong type")}
-    return dict(rows=rows, counts=counts)
+        outcome, v = verdict(arg, fn)
+        rows.append(dict(case=case, outcome=outcome, verdict=v))
+    return dict(rows=rows, counts={v: sum(r["verdict"] == v for r in rows)
+                                   for v in ("ok", "silent", "argument not named", "wrong type")})
 
 
 # ------------------------------------------------------------------------------------------
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("part", nargs="?", default="all", choices=["all", "concurrency", "memory", "bad_input", "memory-child"])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("part", nargs="?", default="all", choices=["all", "concurrency", "memory", "bad_input"])
     p.add_argument("--json")
-    p.add_argument("--normalize", type=int, default=0)
-    p.add_argument("--gib", type=float, default=1.0)
-    p.add_argument("--nq", type=int, default=1)
-    p.add_argument("--legacy", type=int, default=0)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--gib", type=float, default=1.0, help="memory: the collection's size")
+    p.add_argument("--seeds", type=int, default=3, help="concurrency: runs")
     a = p.parse_args(argv)
-    if a.part == "memory-child":
-        print(json.dumps(_memory_child(bool(a.normalize), a.gib, a.dtype, a.nq, bool(a.legacy))))
-        return
     out = {}
     if a.part in ("all", "concurrency"):
         runs = [concurrency(seed=s) for s in range(a.seeds)]
-        tot = {key: sum(r[key] for r in runs) for key in ("searches", "wrong_results", "wrong_pairs", "errors",
-                                                         "cand_calls", "cand_wrong", "get_calls", "get_wrong")}
-        kinds: dict = {}
-        for r in runs:
-            for kk, v in r["error_kinds"].items():
-                kinds[kk] = kinds.get(kk, 0) + v
-        tot["error_kinds"] = kinds
-        tot["final_state_equal"] = all(r["final_state_equal"] for r in runs)
-        out["concurrency"] = tot
-        print("concurrency:", json.dumps(tot, indent=1))
+        out["concurrency"] = {**{key: sum(r[key] for r in runs) for key in COUNTS},
+                              "error_kinds": dict(sum((Counter(r["error_kinds"]) for r in runs), Counter())),
+                              "final_state_equal": all(r["final_state_equal"] for r in runs)}
+        print("concurrency:", json.dumps(out["concurrency"], indent=1))
     if a.part in ("all", "memory"):
         out["memory"] = memory(a.gib)
         for r in out["memory"]:
