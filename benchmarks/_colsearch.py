@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -126,7 +127,6 @@ def build(values, offsets, device: str = "cpu", tmpdir: str | None = None, *, la
     for the index (a new temporary one when None); ``lane``: a key of ``LANES``;
     ``overrides``: further ``colsearch.Index`` keyword arguments (they win over the lane's).
     """
-    import numpy as np
     import torch
 
     if lane not in LANES:
@@ -184,15 +184,9 @@ def _vector_bytes(root: str, lane: str) -> int:
                 continue
             with open(os.path.join(folder, f), "rb") as fh:
                 header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-            for name, meta in header.items():
-                if name == "__metadata__":
-                    continue
-                wanted = name.startswith("rroq158_") if lane == "rroq158" else name == "embeddings"
-                if wanted:
-                    n = _DTYPE_BYTES[meta["dtype"]]
-                    for dim in meta["shape"]:
-                        n *= dim
-                    total += n
+            for name, meta in header.items():  # "__metadata__" is neither kind
+                if name.startswith("rroq158_") if lane == "rroq158" else name == "embeddings":
+                    total += _DTYPE_BYTES[meta["dtype"]] * math.prod(meta["shape"])
     return total
 
 

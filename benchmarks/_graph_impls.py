@@ -19,14 +19,12 @@ import itertools
 
 import numpy as np
 
+from _harness import CorrectnessError  # an implementation reached a different node set: it must not be timed
+
 SEED = 20240611
 N_KINDS = 6      # node kinds 0..5 (document, segment, entity, image, region, table)
 N_DOCS = 1000
 THRESHOLD = 0.7  # scores uniform in [0, 1): 30% of nodes pass ``score > 0.7``
-
-
-class CorrectnessError(AssertionError):
-    """An implementation reached a different node set; it must not be timed."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -302,13 +300,6 @@ def ours_graph(g: GraphArrays, backend: str = "native", copy_budget: float | Non
     if copy_budget is not None:
         kg.set_copy_budget(copy_budget)
     return kg
-
-
-def supports_with_edges() -> bool:
-    """True when ``KnowledgeGraph.expand`` has the ``with_edges`` switch (skip the induced edges)."""
-    import inspect
-    from colgraph_engine.graph import KnowledgeGraph
-    return "with_edges" in inspect.signature(KnowledgeGraph.expand).parameters
 
 
 def ours_batched(kg, q: Queries, hops: int, filtered: bool = True, nq: int | None = None, num_threads=None,

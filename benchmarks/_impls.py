@@ -23,13 +23,11 @@ import torch
 import colgraph_engine as cg
 
 from _data import Case, Data, pair_scores_fp64, scores_fp64
-from _harness import CorrectnessError, cpu_model, env, version  # noqa: F401 - re-exported for older callers
+from _harness import CorrectnessError, env, version
 
 CHUNK_DOCS = 64  # documents per step of the plain-torch baselines
 
 BASELINE = "colpali-engine fp32"  # speedups are colpali_ms / impl_ms against this row
-
-
 
 
 # ------------------------------------------------------------------------------------------
@@ -44,10 +42,6 @@ def _colpali():
     except ImportError:
         return None
     return BaseVisualRetrieverProcessor
-
-
-def colpali_version() -> str | None:
-    return version("colpali-engine")
 
 
 def impl_names(case: Case) -> list[str]:
@@ -159,21 +153,22 @@ def oracle(data: Data):
     return _ORACLES[case]
 
 
-def _fail(name: str, msg: str):
-    raise CorrectnessError(f"{name}: {msg}")
+def tolerance(case: Case) -> float:
+    """The tolerance :func:`oracle` set for `case` (it has run for every case with a checked row)."""
+    return _ORACLES[case][1]
 
 
 def check_cross(name: str, data: Data, scores: torch.Tensor) -> float:
     """Checks ``[Nq, Nd]`` scores on the fp64 subset; returns the max abs error there."""
     case = data.case
     if tuple(scores.shape) != (case.nq, case.nd):
-        _fail(name, f"expected scores of shape [{case.nq}, {case.nd}], got {tuple(scores.shape)}")
+        raise CorrectnessError(f"{name}: expected scores of shape [{case.nq}, {case.nd}], got {tuple(scores.shape)}")
     if not torch.isfinite(scores).all():
-        _fail(name, "non-finite scores")
+        raise CorrectnessError(f"{name}: non-finite scores")
     ref, tol = oracle(data)
     err = (scores[:, :case.n_check].double() - ref).abs().max().item()
     if err > tol:
-        _fail(name, f"max abs error {err:.3g} on documents [0, {case.n_check}) exceeds {tol:.3g}")
+        raise CorrectnessError(f"{name}: max abs error {err:.3g} on documents [0, {case.n_check}) exceeds {tol:.3g}")
     return err
 
 
@@ -187,24 +182,25 @@ def check_topk(name: str, data: Data, result) -> float:
     case = data.case
     scores, idx = result
     if tuple(idx.shape) != (case.nq, case.k) or tuple(scores.shape) != (case.nq, case.k):
-        _fail(name, f"expected [{case.nq}, {case.k}] results, got {tuple(scores.shape)}, {tuple(idx.shape)}")
+        raise CorrectnessError(f"{name}: expected [{case.nq}, {case.k}] results, got {tuple(scores.shape)}, "
+                               f"{tuple(idx.shape)}")
     ref_sub, tol = oracle(data)
     got64 = pair_scores_fp64(data.q, data.x, idx)
     err = (scores.double() - got64).abs().max().item()
     if err > tol:
-        _fail(name, f"returned scores are off by {err:.3g} > {tol:.3g}")
+        raise CorrectnessError(f"{name}: returned scores are off by {err:.3g} > {tol:.3g}")
     for i in range(case.nq):
         row = idx[i].tolist()
         if len(set(row)) != case.k:
-            _fail(name, f"query {i}: duplicate indices {row}")
+            raise CorrectnessError(f"{name}: query {i}: duplicate indices {row}")
         if int(data.planted[i]) not in row:
-            _fail(name, f"query {i}: planted document {int(data.planted[i])} missing from {row}")
+            raise CorrectnessError(f"{name}: query {i}: planted document {int(data.planted[i])} missing from {row}")
         outside = torch.ones(case.n_check, dtype=torch.bool)
         outside[[j for j in row if j < case.n_check]] = False
         weakest = got64[i].min().item()
         beaten = ref_sub[i][outside] > weakest + tol
         if beaten.any():
-            _fail(name, f"query {i}: {int(beaten.sum())} unreturned documents score above the k-th")
+            raise CorrectnessError(f"{name}: query {i}: {int(beaten.sum())} unreturned documents score above the k-th")
     return err
 
 
@@ -215,10 +211,7 @@ def check(name: str, data: Data, result) -> float:
     return check_topk(name, data, result)
 
 
-# ------------------------------------------------------------------------------------------
-# Machine info
-# ------------------------------------------------------------------------------------------
-
 def machine_info() -> dict:
     """``_harness.env()`` plus the colpali-engine version and scoring backend."""
-    return env(colpali_engine=colpali_version(), COLPALI_SCORES_BACKEND=os.environ.get("COLPALI_SCORES_BACKEND"))
+    return env(colpali_engine=version("colpali-engine"),
+               COLPALI_SCORES_BACKEND=os.environ.get("COLPALI_SCORES_BACKEND"))

@@ -28,6 +28,7 @@ import time
 
 import torch
 
+import _harness as h
 from colgraph_engine.prefilter import stages
 from colgraph_engine.prefilter.search import QUERY_BLOCK
 
@@ -78,10 +79,8 @@ def search_row(idx, qv, qo, exact_ids, setting, store=None) -> dict:
     """One timed search of all questions at `setting`; the result's recall@10, QPS and stage stats."""
     from prefilter_report import recall_at_10
     nc, th, nd = setting
-    t = time.perf_counter()
-    res = idx.search(qv, qo, k=K, ncells=nc, centroid_score_threshold=NO_PRUNING if th is None else th,
-                     ndocs=nd, store=store)
-    sec = time.perf_counter() - t
+    res, sec = h.timed(idx.search, qv, qo, k=K, ncells=nc, centroid_score_threshold=NO_PRUNING if th is None else th,
+                       ndocs=nd, store=store)
     nq = qo.numel() - 1
     st = res.stats
     return {"ncells": nc, "threshold": th, "ndocs": nd, "n_exact": max(nd // 4, K),
@@ -263,9 +262,7 @@ def probe_hits(state, pv: torch.Tensor, po: torch.Tensor, qv, qo, exact_ids: tor
 
 
 def _brute_force_seconds(store, qv, qo) -> float:
-    t = time.perf_counter()
-    store.search(qv, qo, k=K)
-    return time.perf_counter() - t
+    return h.timed(store.search, qv, qo, k=K)[1]
 
 
 def run_sweep(index, store, pages, qv, qo, exact_ids: torch.Tensor, log=print) -> dict:
@@ -515,11 +512,12 @@ def to_markdown(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(rep: dict, path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401  (the axis formatters below)
+def plot(rep: dict, path) -> str | None:
+    """The recall@10 vs ratio-to-brute-force scatter at `path`; returns a note when matplotlib is absent."""
+    plt, note = h.matplotlib_or_note()
+    if plt is None:
+        return note
+    import matplotlib.ticker  # the axis formatters below
     colors = {256: "tab:blue", 512: "tab:green", 1024: "tab:orange", 4096: "tab:red"}
     markers = {1: "o", 2: "s", 4: "^", 8: "D"}
     fig, ax = plt.subplots(figsize=(10, 5.4))

@@ -295,39 +295,38 @@ def _find(rows, **match):
     return next((r for r in rows if all(r.get(k) == v for k, v in match.items()) and "error" not in r), None)
 
 
+# gpu_maxsim.py's rerank rows read for the headline figures: figure key (``<key>_ms``) -> the row's impl
+RERANK_IMPLS = {"ours": "ours cg.maxsim", "ours_launcher": "ours km.maxsim_cross", "lik": "lik.maxsim",
+                "lik_varlen": "lik.maxsim_varlen", "torch": "torch GEMM+amax",
+                "colpali": "colpali score_multi_vector[torch]"}
+
+
 def maxsim_figures(rows: list[dict], shapes: dict) -> dict:
     """Headline figures from gpu_maxsim.jsonl records (None where a row is missing)."""
     f: dict = {}
     big_nq, big_nd, small_nd = shapes["rerank_big"][0], shapes["rerank_big"][1], shapes["latency_nd"]
     checks = [r for r in rows if "check" in r]
-    f["correctness"] = {"checks": len(checks), "failed": [f"{r['config']}: {r['check']}" for r in checks if not r["ok"]]}
+    f["correctness"] = {"checks": len(checks),
+                        "failed": [f"{r['config']}: {r['check']}" for r in checks if not r["ok"]]}
     for label, nq, nd in (("rerank", big_nq, big_nd), ("one_query", 1, small_nd)):
-        ours = _find(rows, section="rerank", impl="ours cg.maxsim", nq=nq, nd=nd)
-        launcher = _find(rows, section="rerank", impl="ours km.maxsim_cross", nq=nq, nd=nd)
-        lik = _find(rows, section="rerank", impl="lik.maxsim", nq=nq, nd=nd)
-        varlen = _find(rows, section="rerank", impl="lik.maxsim_varlen", nq=nq, nd=nd)
-        torch_ = _find(rows, section="rerank", impl="torch GEMM+amax", nq=nq, nd=nd)
-        colpali = _find(rows, section="rerank", impl="colpali score_multi_vector[torch]", nq=nq, nd=nd)
-        g = {"shape": f"{nq} q x {nd} docs x {ours['ld'] if ours else '?'} tokens", "ours_ms": ours and ours["ms"], "ours_TFLOPs": ours and ours["TFLOPs"],
-             "ours_launcher_ms": launcher and launcher["ms"],
-             "lik_ms": lik and lik["ms"], "lik_TFLOPs": lik and lik["TFLOPs"],
-             "lik_rel_diff_vs_ours": lik and lik.get("rel_diff_vs_ours"),
-             "lik_varlen_ms": varlen and varlen["ms"], "torch_ms": torch_ and torch_["ms"],
-             "colpali_ms": colpali and colpali["ms"]}
+        got = {key: _find(rows, section="rerank", impl=impl, nq=nq, nd=nd) for key, impl in RERANK_IMPLS.items()}
+        ours, lik = got["ours"], got["lik"]
+        g = {"shape": f"{nq} q x {nd} docs x {ours['ld'] if ours else '?'} tokens",
+             **{f"{key}_ms": r and r["ms"] for key, r in got.items()},
+             "ours_TFLOPs": ours and ours["TFLOPs"], "lik_TFLOPs": lik and lik["TFLOPs"],
+             "lik_rel_diff_vs_ours": lik and lik.get("rel_diff_vs_ours")}
         best_lik = min([x for x in (g["lik_ms"], g["lik_varlen_ms"]) if x], default=None)
         g["speedup_vs_lik"] = round(best_lik / g["ours_ms"], 3) if best_lik and g["ours_ms"] else None
         f[label] = g
     store = _find(rows, section="store", impl="ours PackedStore.search")
-    graphed = next((r for r in rows if r.get("section") == "store" and str(r.get("impl", "")).startswith("ours GraphedSearch")
-                    and "error" not in r), None)
+    graphed = next((r for r in rows if r.get("section") == "store" and "error" not in r
+                    and str(r.get("impl", "")).startswith("ours GraphedSearch")), None)
     f["one_query"]["store_search_ms"] = store and store["ms"]
     f["one_query"]["graphed_ms"] = graphed and graphed["ms"]
     enq = _find(rows, section="store", what="host_enqueue_ms")
     f["one_query"]["host_enqueue_ms"] = enq and enq["median"]
-    cand = {}
-    for r in rows:
-        if r.get("section") == "candidates" and "ms_per_query" in r and "error" not in r:
-            cand[r["impl"]] = r["ms_per_query"]
+    cand = {r["impl"]: r["ms_per_query"] for r in rows
+            if r.get("section") == "candidates" and "ms_per_query" in r and "error" not in r}
     ours_c = cand.get("ours cg.maxsim_candidates")
     peers = {k: v for k, v in cand.items() if not k.startswith("ours")}
     best = min(peers, key=peers.get) if peers else None
@@ -344,7 +343,8 @@ def maxsim_figures(rows: list[dict], shapes: dict) -> dict:
     f["env"] = {k: env.get(k) for k in ("gpu", "sms", "torch", "triton", "cuda", "lik_version", "colpali_version",
                                         "fast_plaid_version", "colgraph_engine_from")}
     f["section_s"] = {r["section"]: r["section_s"] for r in rows if "section_s" in r}
-    f["errors"] = [f"{r['section']}: {r.get('impl', r.get('what', ''))}: {r['error']}"[:300] for r in rows if "error" in r]
+    f["errors"] = [f"{r['section']}: {r.get('impl', r.get('what', ''))}: {r['error']}"[:300]
+                   for r in rows if "error" in r]
     return f
 
 
@@ -400,7 +400,9 @@ def _v(x, fmt="{:.3g}") -> str:
 def _disagree(fig: dict) -> str:
     """A note when the peer's scores differ from ours by more than bf16 rounding explains."""
     d = fig.get("lik_rel_diff_vs_ours")
-    return f" **(its scores differ from ours: max rel diff {d:.3g})**" if isinstance(d, (int, float)) and d > 1e-2 else ""
+    if isinstance(d, (int, float)) and d > 1e-2:
+        return f" **(its scores differ from ours: max rel diff {d:.3g})**"
+    return ""
 
 
 def commit_of() -> str:
@@ -419,13 +421,46 @@ def tree_hash() -> str:
     """sha256 over the sources the run executes (the device copy has no .git): a run can be matched
     to a commit by hashing the same files there."""
     h = hashlib.sha256()
-    for pat in ("colgraph_engine/**/*.py", "kernels/*.py", "csrc/*", "benchmarks/gpu_*.py", "benchmarks/pipeline_report.py",
-                "scripts/gpu_*.sh", "CMakeLists.txt"):
+    for pat in ("colgraph_engine/**/*.py", "kernels/*.py", "csrc/*", "benchmarks/gpu_*.py",
+                "benchmarks/pipeline_report.py", "benchmarks/_harness.py", "scripts/gpu_*.sh", "CMakeLists.txt"):
         for p in sorted(REPO.glob(pat)):
             if p.is_file():
                 h.update(str(p.relative_to(REPO)).encode())
                 h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def maxsim_lines(m: dict) -> list[str]:
+    """The headline table's rows of the maxsim phase: rerank, 1-query latency, candidates."""
+    r, o, c = m["rerank"], m["one_query"], m["candidates"]
+    best = c["best_peer"]
+    return [f"| rerank {r['shape']} bf16: TFLOP/s | {_v(r['ours_TFLOPs'])} ({_v(r['ours_ms'])} ms) "
+            f"| late-interaction-kernels maxsim {_v(r['lik_TFLOPs'])} ({_v(r['lik_ms'])} ms; varlen "
+            f"{_v(r['lik_varlen_ms'])} ms){_disagree(r)} | {_v(r['speedup_vs_lik'])} |",
+            f"| {o['shape']} latency, ms | cg.maxsim {_v(o['ours_ms'])}; PackedStore.search "
+            f"{_v(o['store_search_ms'])}; CUDA graph {_v(o['graphed_ms'])}; host enqueue {_v(o['host_enqueue_ms'])} "
+            f"| lik {_v(o['lik_ms'])}; torch {_v(o['torch_ms'])}; colpali-engine {_v(o['colpali_ms'])} "
+            f"| {_v(o['speedup_vs_lik'])} |",
+            f"| per-query candidates ({c['shape']}), ms per query | {_v(c['ours_ms_per_query'])} "
+            f"| {(best + ' ' + _v(c['peers_ms_per_query'][best])) if best else 'no peer measured'} "
+            f"| {_v(c['speedup_vs_best_peer'])} |"]
+
+
+def prefilter_lines(pf: dict, quick: bool) -> list[str]:
+    """One headline row per prefilter setting: the dense 1-query path against its target."""
+    lines = []
+    fp_ms = (pf["fast_plaid"] or {}).get("ms_one_query")
+    for p in pf["prefilter"]:
+        ms = p["ms_one_query_dense"]
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in (p.get("dense_stage_ms") or {}).items() if v)  # sparse: 0 here
+        met = "" if quick or ms is None else " **met**" if ms <= PREFILTER_TARGET_MS else " **NOT met**"
+        lines.append(f"| prefilter {pf['corpus']}: 1-query ms, dense path (target <= {PREFILTER_TARGET_MS:g}) — "
+                     f"{p['impl']} | {_v(ms)}{met} (stages ms: {stages or '-'}; recall@10 "
+                     f"{_v(p['recall10'])}; dense path taken: {p['dense_used']}) "
+                     f"| fast-plaid {_v(fp_ms)}; exact lik {_v(pf['exact_lik_ms_one_query'])}, ours "
+                     f"{_v(pf['exact_ours_ms_one_query'])} "
+                     f"| {_v((fp_ms or 0) / ms if ms and pf['fast_plaid'] else None)} vs fast-plaid |")
+    return lines
 
 
 def render(rep: dict) -> str:
@@ -443,46 +478,23 @@ def render(rep: dict) -> str:
         lines += ["Every phase ran at tiny shapes on the CPU to check the code path; the figures below "
                   "are meaningless as speeds.", ""]
     lines += ["| figure | ours | peer | ratio (> 1: ours faster) |", "|---|---|---|---|"]
-    if m:
-        r = m["rerank"]
-        lines.append(f"| rerank {r['shape']} bf16: TFLOP/s | {_v(r['ours_TFLOPs'])} ({_v(r['ours_ms'])} ms) "
-                     f"| late-interaction-kernels maxsim {_v(r['lik_TFLOPs'])} ({_v(r['lik_ms'])} ms; varlen "
-                     f"{_v(r['lik_varlen_ms'])} ms){_disagree(r)} | {_v(r['speedup_vs_lik'])} |")
-        o = m["one_query"]
-        lines.append(f"| {o['shape']} latency, ms | cg.maxsim {_v(o['ours_ms'])}; PackedStore.search {_v(o['store_search_ms'])}; "
-                     f"CUDA graph {_v(o['graphed_ms'])}; host enqueue {_v(o['host_enqueue_ms'])} "
-                     f"| lik {_v(o['lik_ms'])}; torch {_v(o['torch_ms'])}; colpali-engine {_v(o['colpali_ms'])} "
-                     f"| {_v(o['speedup_vs_lik'])} |")
-        c = m["candidates"]
-        lines.append(f"| per-query candidates ({c['shape']}), ms per query | {_v(c['ours_ms_per_query'])} "
-                     f"| {(c['best_peer'] + ' ' + _v(c['peers_ms_per_query'][c['best_peer']])) if c['best_peer'] else 'no peer measured'} "
-                     f"| {_v(c['speedup_vs_best_peer'])} |")
-    if pf:
-        for p in pf["prefilter"]:
-            st = p.get("dense_stage_ms") or {}
-            stages = ", ".join(f"{k} {v:.2f}" for k, v in st.items() if v)  # the sparse path's stages are 0 here
-            met = "" if q or p["ms_one_query_dense"] is None else (
-                " **met**" if p["ms_one_query_dense"] <= PREFILTER_TARGET_MS else " **NOT met**")
-            lines.append(f"| prefilter {pf['corpus']}: 1-query ms, dense path (target <= {PREFILTER_TARGET_MS:g}) — "
-                         f"{p['impl']} | {_v(p['ms_one_query_dense'])}{met} (stages ms: {stages or '-'}; recall@10 "
-                         f"{_v(p['recall10'])}; dense path taken: {p['dense_used']}) "
-                         f"| fast-plaid {_v((pf['fast_plaid'] or {}).get('ms_one_query'))}; exact lik "
-                         f"{_v(pf['exact_lik_ms_one_query'])}, ours {_v(pf['exact_ours_ms_one_query'])} "
-                         f"| {_v(((pf['fast_plaid'] or {}).get('ms_one_query') or 0) / p['ms_one_query_dense'] if p['ms_one_query_dense'] and pf['fast_plaid'] else None)} vs fast-plaid |")
+    lines += (maxsim_lines(m) if m else []) + (prefilter_lines(pf, q) if pf else [])
     if pl:
-        lines.append(f"| pipeline p50 at {pl['docs']} documents ({pl['images_per_doc']} images x {pl['patches']} patches "
-                     f"each), ms | {_v(pl['p50_ms'])} (p99 {_v(pl['p99_ms'])}; graph {pl['graph_backend']}) "
+        lines.append(f"| pipeline p50 at {pl['docs']} documents ({pl['images_per_doc']} images x {pl['patches']} "
+                     f"patches each), ms | {_v(pl['p50_ms'])} (p99 {_v(pl['p99_ms'])}; graph {pl['graph_backend']}) "
                      f"| CPU pipeline, same index: {_v(pl['cpu_p50_ms'])} "
                      f"| {_v((pl['ratios'] or {}).get('single p50: CPU / device'))} vs CPU |")
-    lines += ["", "## Phases", "", "| phase | rc | started at s | seconds | budget s | note |", "|---|---|---|---|---|---|"]
+    lines += ["", "## Phases", "", "| phase | rc | started at s | seconds | budget s | note |",
+              "|---|---|---|---|---|---|"]
     for name, ph in rep["phases"].items():
-        note = ph.get("note", "")
-        lines.append(f"| {name} | {ph.get('rc')}{' (killed)' if ph.get('killed') else ''} | {ph.get('started_at_s', '-')} "
-                     f"| {ph.get('seconds')} | {ph.get('budget_s')} | {note} |")
+        lines.append(f"| {name} | {ph.get('rc')}{' (killed)' if ph.get('killed') else ''} "
+                     f"| {ph.get('started_at_s', '-')} | {ph.get('seconds')} | {ph.get('budget_s')} "
+                     f"| {ph.get('note', '')} |")
     nb = rep.get("native_build", {})
+    built = "built " + nb["so"] if nb.get("so") else nb.get("error") or nb.get("skipped") or "not attempted"
     lines += ["", "## Native module", "",
-              f"* build: {'built ' + nb['so'] if nb.get('so') else nb.get('error') or nb.get('skipped') or 'not attempted'}"
-              f" (finished {nb.get('done_at_s', '-')} s into the run, {nb.get('jobs', '-')} jobs, niced, beside the GPU phases)",
+              f"* build: {built} (finished {nb.get('done_at_s', '-')} s into the run, {nb.get('jobs', '-')} jobs, "
+              "niced, beside the GPU phases)",
               f"* {nb.get('import_check', '')}".rstrip(),
               f"* the pipeline phase loaded: {json.dumps(rep.get('pipeline_native', {}))}", ""]
     lines += ["## Correctness", ""]
@@ -491,8 +503,8 @@ def render(rep: dict) -> str:
     if pf:
         lines.append(f"* prefilter: {pf['checks']} checks, failed: {pf['failed'] or 'none'}")
     if pl:
-        lines.append(f"* pipeline: device vs CPU {'PASS' if pl['check_passed'] else 'FAIL' if pl['check_passed'] is False else 'not run'}"
-                     f" on {pl['check_index']}")
+        verdict = {True: "PASS", False: "FAIL"}.get(pl["check_passed"], "not run")
+        lines.append(f"* pipeline: device vs CPU {verdict} on {pl['check_index']}")
     problems = rep.get("problems", [])
     lines += ["", "## Problems", ""] + ([f"* {p}" for p in problems] or ["* none"])
     lines += ["", "Each phase's own report: " + ", ".join(f"`{n}`" for n in rep.get("phase_reports", [])) +
@@ -518,7 +530,8 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="every phase at tiny shapes on the CPU (Triton interpreted)")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="default: $OUT, else benchmarks/results")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="seconds for all phases (default 480 on a GPU: the call's 600 s less setup, kill grace and margin)")
+                    help="seconds for all phases (default 480 on a GPU: the call's 600 s less setup, kill grace "
+                         "and margin)")
     ap.add_argument("--only", default="maxsim,prefilter,pipeline", help="comma list of phases")
     ap.add_argument("--bundle", type=pathlib.Path, default=REPO / "gpu_bundle")
     ap.add_argument("--pipeline-docs", type=int, default=10_000)
@@ -547,7 +560,8 @@ def main(argv=None) -> int:
     only = [p for p in args.only.split(",") if p]
     unknown = set(only) - {p for p, _, _ in plan}
     if unknown or not only:
-        raise SystemExit(f"gpu_headline.py: --only: expected a comma list of maxsim, prefilter, pipeline; got {args.only!r}")
+        raise SystemExit(f"gpu_headline.py: --only: expected a comma list of maxsim, prefilter, pipeline; "
+                         f"got {args.only!r}")
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="gpu_headline."))
     log_path = out / f"gpu_all{sfx}.log"
     log = open(log_path, "w", buffering=1)
@@ -618,12 +632,14 @@ def main(argv=None) -> int:
                                 **({"SMOKE": "1"} if quick else {}))
                 res = run_phase(name, env.argv(str(HERE / "gpu_maxsim.py")), e, b, log)
                 rows = _rows(scratch_out / "gpu_maxsim.jsonl")
-                shapes = {"rerank_big": (3, 8), "latency_nd": 8} if quick else {"rerank_big": (32, 8192), "latency_nd": 1024}
+                shapes = ({"rerank_big": (3, 8), "latency_nd": 8} if quick
+                          else {"rerank_big": (32, 8192), "latency_nd": 1024})
                 rep["raw"]["maxsim"] = rows
                 if rows:
                     rep["figures"]["maxsim"] = maxsim_figures(rows, shapes)
-                    if rep["figures"]["maxsim"]["correctness"]["failed"]:
-                        rep["problems"].append("maxsim correctness failed: " + "; ".join(rep["figures"]["maxsim"]["correctness"]["failed"]))
+                    failed = rep["figures"]["maxsim"]["correctness"]["failed"]
+                    if failed:
+                        rep["problems"].append("maxsim correctness failed: " + "; ".join(failed))
                 md = scratch_out / "gpu_maxsim.md"
             elif name == "prefilter":
                 corpus = "1000 x 16" if quick else "100k x 128"
@@ -636,8 +652,9 @@ def main(argv=None) -> int:
                     raw = json.loads(pj.read_text())
                     rep["raw"]["prefilter"] = raw
                     rep["figures"]["prefilter"] = prefilter_figures(raw, corpus)
-                    if rep["figures"]["prefilter"]["failed"]:
-                        rep["problems"].append("prefilter checks failed: " + "; ".join(rep["figures"]["prefilter"]["failed"]))
+                    failed = rep["figures"]["prefilter"]["failed"]
+                    if failed:
+                        rep["problems"].append("prefilter checks failed: " + "; ".join(failed))
                 md = scratch_out / f"gpu_prefilter{sfx}.md"
             else:  # pipeline
                 info = native.wait(max(10.0, min(NATIVE_BUILD_LIMIT_S - (time.monotonic() - native.t0), b / 4))) \
@@ -650,8 +667,9 @@ def main(argv=None) -> int:
                         link.symlink_to(info["so"])
                     pe["COLGRAPH_DISABLE_NATIVE"] = None  # removed from the phase's environment
                 else:
-                    rep["problems"].append("native module not built (" + str(info.get("error") or info.get("skipped"))[:300]
-                                           + "): the pipeline ran on the numpy graph backend")
+                    why = str(info.get("error") or info.get("skipped"))[:300]
+                    rep["problems"].append(f"native module not built ({why}): the pipeline ran on the numpy graph "
+                                           "backend")
                 rep["pipeline_native"] = probe_native(env, pe)
                 if info.get("so") and not rep["pipeline_native"].get("native"):
                     rep["problems"].append(f"native module built but not loaded: {rep['pipeline_native']}")
@@ -677,8 +695,8 @@ def main(argv=None) -> int:
             log.write(traceback.format_exc())
         rep["phases"][name] = res
         if res["rc"] != 0:
-            rep["problems"].append(f"{name}: exit status {res['rc']}{' (killed at its time limit)' if res['killed'] else ''}; "
-                                   f"see {log_path.name}")
+            killed = " (killed at its time limit)" if res["killed"] else ""
+            rep["problems"].append(f"{name}: exit status {res['rc']}{killed}; see {log_path.name}")
         if md.exists():
             dest = out / f"gpu_headline_{name}{sfx}.md"  # not gpu_{name}.md: the scripts' own full runs keep theirs
             text = md.read_text()

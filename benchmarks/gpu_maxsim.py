@@ -7,20 +7,20 @@ time budget, ``GPU_BUDGET_S``, skips whatever would start after it is spent):
   ceilings     device-to-device copy TB/s (read + write) and bf16 8192^3 matmul TFLOP/s
   correctness  ours (Triton) vs an fp64 reference on the first documents, candidates vs the
                cross scores gathered, top-k vs ``torch.topk`` of the cross scores (up to ties)
-  rerank       [Nq, Nd] cross scores: ours (public API and launcher) vs late-interaction-kernels,
-               colpali-engine and torch GEMM + amax
-  scan         exact top-10 over a large store: ``cg.maxsim_topk`` vs ``lik.retrieve``
   store        1 query x 1,024 documents through ``PackedStore.search``: warm-up, a check that
                nothing synchronises (``torch.cuda.set_sync_debug_mode``), eager latency, host
                enqueue time, and the call replayed from a CUDA graph
+  rerank       [Nq, Nd] cross scores: ours (public API and launcher) vs late-interaction-kernels,
+               colpali-engine and torch GEMM + amax
+  scan         exact top-10 over a large store: ``cg.maxsim_topk`` vs ``lik.retrieve``
   candidates   graph-restricted rerank, each query with its own 1,000 candidates: ours vs
                late-interaction-kernels (gathered, padded) vs fast-plaid ``subset=``
 
 Before the first timed section the script records how many kernels were compiled (the budget
 is ``MAX_COMPILES_BEFORE_TIMING``); each section's seconds are printed at the end.
 
-Data is synthetic but clustered (documents mix a few of many topic centroids plus noise;
-each query is drawn from one target document's topics), all bf16 on the GPU.
+Data is synthetic but clustered (``_harness.clustered_corpus``: documents mix a few of many topic
+centroids plus noise; each query is drawn from one target document's topics), all bf16 on the GPU.
 
 Output: a table on stdout, ``gpu_maxsim.jsonl`` (one JSON object per measurement) and
 ``gpu_maxsim.md`` in ``$GPU_OUT`` (default ``benchmarks/results/``). Exit status 1 when a
@@ -48,23 +48,22 @@ if SMOKE:
 os.environ.setdefault("LIK_SUPPRESS_NORM_WARN", "1")  # our data is unit-norm already
 
 import importlib  # noqa: E402
-import importlib.metadata  # noqa: E402
 import inspect  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import traceback  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness beside us
+import _harness as h  # noqa: E402
 import colgraph_engine as cg  # noqa: E402
-from colgraph_engine.store.graphed_search import GraphedSearch  # noqa: E402
 from colgraph_engine.ops import reference  # noqa: E402
+from colgraph_engine.store.graphed_search import GraphedSearch  # noqa: E402
 
 try:
     from colgraph_engine.kernels import maxsim as km
@@ -84,133 +83,51 @@ HEADLINE = os.environ.get("HEADLINE", "").strip() not in ("", "0")
 CUDA = torch.cuda.is_available() and not SMOKE
 DEV = torch.device("cuda" if CUDA else "cpu")
 BUDGET_S = float(os.environ.get("GPU_BUDGET_S", "420"))  # the whole run must stay under 8 min
-OUT_DIR = os.environ.get("GPU_OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+OUT_DIR = os.environ.get("GPU_OUT") or str(h.RESULTS)
 DTYPE = torch.bfloat16
 OURS = "triton"  # always name our backend: on CPU (smoke) the automatic choice would not be Triton
 
 
-# ------------------------------------------------------------------------------------------
-# Shapes
-# ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Shapes:
-    d: int
-    lq: int
-    rerank_ld: int
-    rerank_nq: tuple
-    rerank_nd: tuple
-    scan_nd: int
-    scan_ld: int
-    scan_nq: tuple
-    scan_chunk_docs: int | None  # None: the library default
-    k: int
-    cand_store: int
-    cand_ld: int
-    cand_nq: int
-    cand_k: int  # candidates per query
-    lik_cand_nq: tuple  # query counts tried for the gathered late-interaction-kernels path
-    check_docs: int  # documents compared against the fp64 reference
-    n_topics: int
-    topics_per_doc: int
-    corpus_chunk: int  # documents generated per step (bounds temporary memory)
-
-
-FULL = Shapes(d=128, lq=32, rerank_ld=1030, rerank_nq=(1, 32), rerank_nd=(1024, 8192),
+# Shapes. rerank: Nq x Nd cross scores of Ld tokens; scan: exact top-k over scan_nd documents,
+# scan_chunk_docs per step (None: the library default); candidates: cand_nq queries with cand_k
+# candidates each from a store of cand_store documents, the gathered late-interaction-kernels
+# path tried at lik_cand_nq queries; check_docs documents compared against fp64; corpora of
+# n_topics topics, topics_per_doc per document, generated corpus_chunk documents per step.
+FULL = dict(d=128, lq=32, rerank_ld=1030, rerank_nq=(1, 32), rerank_nd=(1024, 8192),
               scan_nd=50_000, scan_ld=1024, scan_nq=(1, 32, 256), scan_chunk_docs=None, k=10,
               cand_store=10_000, cand_ld=1024, cand_nq=64, cand_k=1000, lik_cand_nq=(16, 64),
               check_docs=64, n_topics=8192, topics_per_doc=16, corpus_chunk=4096)
 # Tiny shapes for the interpreter: odd lengths leave partial tiles, 3 queries leave a group
 # partly empty, and a chunk of 3 documents makes maxsim_topk merge across chunks.
-TINY = Shapes(d=32, lq=5, rerank_ld=37, rerank_nq=(1, 3), rerank_nd=(8,),
+TINY = dict(d=32, lq=5, rerank_ld=37, rerank_nq=(1, 3), rerank_nd=(8,),
               scan_nd=8, scan_ld=37, scan_nq=(1, 3), scan_chunk_docs=3, k=3,
               cand_store=8, cand_ld=37, cand_nq=3, cand_k=5, lik_cand_nq=(2,),
               check_docs=4, n_topics=16, topics_per_doc=3, corpus_chunk=4)
-S = TINY if SMOKE else FULL
+S = SimpleNamespace(**(TINY if SMOKE else FULL))
 
-
-# ------------------------------------------------------------------------------------------
-# Recording
-# ------------------------------------------------------------------------------------------
-
-class Recorder:
-    """Collects records; appends each to the JSONL file at once and rewrites the Markdown
-    summary after every section (so an abort late in the run still leaves both)."""
-
-    def __init__(self, out_dir: str):
-        os.makedirs(out_dir, exist_ok=True)
-        self.jsonl_path = os.path.join(out_dir, "gpu_maxsim.jsonl")
-        self.md_path = os.path.join(out_dir, "gpu_maxsim.md")
-        self.jsonl = open(self.jsonl_path, "w")
-        self.rows: list[dict] = []
-        self.failed_checks: list[str] = []
-
-    def rec(self, **kw) -> dict:
-        kw["t_s"] = round(time.time() - T0, 1)
-        self.rows.append(kw)
-        self.jsonl.write(json.dumps(kw, default=str) + "\n")
-        self.jsonl.flush()
-        print(json.dumps({k: v for k, v in kw.items() if k != "tb"}, default=str), flush=True)
-        return kw
-
-    def check(self, config: str, name: str, ok: bool, **values) -> None:
-        """A correctness verdict; a failed one makes the script exit non-zero."""
-        self.rec(section="correctness", config=config, check=name, ok=bool(ok), **values)
-        if not ok:
-            self.failed_checks.append(f"{config}: {name}")
-
-    def write_markdown(self) -> str:
-        text = render_markdown(self.rows)
-        with open(self.md_path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(self.md_path + ".tmp", self.md_path)
-        return text
-
-
-R: Recorder  # set in main()
+R: h.RecordLog  # set in main(): every record, the failed checks, the time budget
 WANTED: set = set()  # the sections this run times (main() sets it from SECTIONS)
-
-
-def remaining_s() -> float:
-    return BUDGET_S - (time.time() - T0)
 
 
 def run_section(name: str, fn) -> None:
     """Runs one section unless the budget is spent; records its error instead of raising."""
-    if remaining_s() <= 0:
+    if R.left_s() <= 0:
         R.rec(section=name, skipped="time budget spent")
         return
     t = time.time()
     try:
         fn()
     except Exception as exc:  # one failing section must not stop the others
-        R.rec(section=name, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:])
+        R.error(name, name, exc)
         if name == "correctness":
-            R.failed_checks.append(f"correctness section raised {exc!r}"[:200])
+            R.failed.append(f"correctness section raised {exc!r}"[:200])
     finally:
         R.rec(section=name, section_s=round(time.time() - t, 1))
-        R.write_markdown()
-
-
-def guarded(section: str, what: str, fn, **context):
-    """Runs one measurement inside a section; records a failure and returns None."""
-    try:
-        return fn()
-    except Exception as exc:
-        R.rec(section=section, impl=what, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:], **context)
-        return None
-
-
-def out_of_time(section: str, what: str, need_s: float = 0.0, **context) -> bool:
-    """True (and recorded) when fewer than `need_s` seconds of budget remain."""
-    if remaining_s() > need_s:
-        return False
-    R.rec(section=section, impl=what, skipped=f"time budget (needs ~{need_s:.0f}s)", **context)
-    return True
+        write_markdown()
 
 
 # ------------------------------------------------------------------------------------------
-# Timing and rates
+# Timing, rates, data
 # ------------------------------------------------------------------------------------------
 
 def bench_ms(fn, rep_ms: int = 200) -> float:
@@ -220,13 +137,20 @@ def bench_ms(fn, rep_ms: int = 200) -> float:
     if CUDA:
         from triton.testing import do_bench
         return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
-    fn()
+    return h.stats(h.time_calls(fn, 3))["ms_median"]
+
+
+def host_ms(fn, calls: int = 50) -> dict:
+    """Host milliseconds to enqueue one `fn()` (the device finishes untimed between calls):
+    ``{"median", "min"}``."""
+    sync()
     times = []
-    for _ in range(3):
+    for _ in range(calls):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+        sync()
+    return dict(median=round(statistics.median(times), 4), min=round(min(times), 4))
 
 
 def sync() -> None:
@@ -245,17 +169,29 @@ def cross_cost(nq: int, lq: int, nd: int, ld: int, d: int) -> tuple[int, int]:
     return 2 * (nd * ld * d + nq * lq * d), 2 * nq * lq * nd * ld * d
 
 
-# ------------------------------------------------------------------------------------------
-# Synthetic clustered data
-# ------------------------------------------------------------------------------------------
+def max_rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b|, on b's device (peers such as colpali return CPU tensors)."""
+    a = a.to(b.device, torch.float32)
+    return round(float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)), 7)
+
+
+def hit_at_1(idx: torch.Tensor, target: torch.Tensor) -> float:
+    """Fraction of queries whose best document is their target (``idx [Nq, k]``)."""
+    return round(float((idx[:, 0].to(target.device) == target).float().mean()), 4)
+
+
+def recall(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mean over rows of |set(a_i) & set(b_i)| / k, for ``[Nq, k]`` index tensors."""
+    return round(sum(len(set(x) & set(y)) for x, y in zip(a.tolist(), b.tolist())) / max(1, a.numel()), 4)
+
 
 @dataclass
 class Corpus:
     """``docs [Nd, Ld, d]`` bf16 unit vectors; ``topics [n_topics, d]`` fp32 centroids;
     ``doc_topics [Nd, topics_per_doc]`` the topics each document mixes."""
-    docs: torch.Tensor
     topics: torch.Tensor
     doc_topics: torch.Tensor
+    docs: torch.Tensor
 
     def packed(self, first: int = 0, end: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Documents [first, end) as ``(values [T, d], offsets [N+1] int64)``: a view, no copy."""
@@ -263,38 +199,9 @@ class Corpus:
         n, ld, d = sub.shape
         return sub.reshape(n * ld, d), torch.arange(n + 1, device=sub.device, dtype=torch.int64) * ld
 
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator(device=DEV).manual_seed(seed)
-
-
-def make_corpus(nd: int, ld: int, seed: int, noise: float = 0.35) -> Corpus:
-    """Each document token is one of the document's topics plus Gaussian noise, normalised.
-    Generated `S.corpus_chunk` documents at a time so the fp32 temporaries stay bounded."""
-    g = _generator(seed)
-    topics = F.normalize(torch.randn(S.n_topics, S.d, device=DEV, generator=g), dim=-1)
-    doc_topics = torch.randint(0, S.n_topics, (nd, S.topics_per_doc), device=DEV, generator=g)
-    docs = torch.empty((nd, ld, S.d), device=DEV, dtype=DTYPE)
-    for a in range(0, nd, S.corpus_chunk):
-        b = min(nd, a + S.corpus_chunk)
-        which = torch.randint(0, S.topics_per_doc, (b - a, ld), device=DEV, generator=g)
-        centre = topics[torch.gather(doc_topics[a:b], 1, which)]  # [n, ld, d]
-        centre += (noise / S.d ** 0.5) * torch.randn(centre.shape, device=DEV, generator=g)
-        docs[a:b] = F.normalize(centre, dim=-1).to(DTYPE)
-        del centre, which
-    return Corpus(docs, topics, doc_topics)
-
-
-def make_queries(corpus: Corpus, nq: int, seed: int, noise: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(target [Nq] int64, queries [Nq, Lq, d] bf16)``: each query's tokens come from the
-    topics of one target document, noisier than the documents' own tokens."""
-    g = _generator(seed)
-    nd = corpus.docs.shape[0]
-    target = torch.randint(0, nd, (nq,), device=DEV, generator=g)
-    which = torch.randint(0, S.topics_per_doc, (nq, S.lq), device=DEV, generator=g)
-    centre = corpus.topics[torch.gather(corpus.doc_topics[target], 1, which)]
-    centre += (noise / S.d ** 0.5) * torch.randn(centre.shape, device=DEV, generator=g)
-    return target, F.normalize(centre, dim=-1).to(DTYPE)
+    def queries(self, nq: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(target [Nq] int64, queries [Nq, Lq, d] bf16)``, each from one target document's topics."""
+        return h.clustered_queries(self.topics, self.doc_topics, nq, S.lq, seed=seed, dtype=DTYPE)
 
 
 def pack_queries(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -329,7 +236,8 @@ def corpus(name: str) -> Corpus:
     """The named store, generated once and kept until :func:`drop_corpus`."""
     if name not in _corpora:
         nd, ld, seed = _CORPUS_SPECS[name]
-        _corpora[name] = make_corpus(nd, ld, seed)
+        _corpora[name] = Corpus(*h.clustered_corpus(nd, ld, S.d, S.topics_per_doc, device=DEV, n_topics=S.n_topics,
+                                                    seed=seed, chunk=S.corpus_chunk, dtype=DTYPE))
         sync()
     return _corpora[name]
 
@@ -365,17 +273,6 @@ def peer(name: str, section: str):
         return None
 
 
-def call_with_supported(fn, *args, **kwargs):
-    """Calls `fn`, dropping keyword arguments its signature does not take (peer versions drift)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # no introspectable signature: pass everything
-        return fn(*args, **kwargs)
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    return fn(*args, **kwargs)
-
-
 def varlen_caller(lik):
     """A ``f(qv, qo, dv, do) -> [Nq, Nd]`` over ``lik.maxsim_varlen``, or a reason it can't be built.
 
@@ -403,8 +300,36 @@ def varlen_caller(lik):
     return call, str(inspect.signature(fn))
 
 
+def timed_row(section: str, name: str, fn, shape: dict, cost: tuple[int, int], ref=None, *, per: int = 1,
+              rep_ms: int = 200, **extra) -> float | None:
+    """One measured row: `fn()` compared with `ref` first (``rel_diff_vs_ours``), then timed, with
+    its rates at ``cost = (bytes read, flops)``. Returns ms per `per` queries, or None when it
+    raised (recorded as its error). ``per > 1`` adds ``ms_per_query``."""
+    try:
+        diff = {} if ref is None else dict(rel_diff_vs_ours=max_rel_diff(fn(), ref))
+        ms = bench_ms(fn, rep_ms)
+    except Exception as exc:  # a peer that fails here leaves the other rows
+        R.error(section, name, exc, **shape)
+        return None
+    per_q = dict(ms_per_query=round(ms / per, 4)) if per > 1 else {}
+    R.rec(section=section, impl=name, **shape, **rates(ms, *cost), **per_q, **diff, **extra)
+    return ms / per
+
+
+def record_ratio(section: str, ms_by: dict, shape: dict) -> None:
+    """Speed-up of each of our entries over the fastest peer (> 1: ours is faster)."""
+    ms_by = {k: v for k, v in ms_by.items() if v is not None}  # failed rows were recorded as errors
+    peers = {k: v for k, v in ms_by.items() if not k.startswith("ours")}
+    if not peers:
+        R.rec(section=section, what="ratio", note="no peer measured", **shape)
+        return
+    best = min(peers, key=peers.get)
+    ratios = {f"speedup[{k}]": round(peers[best] / v, 3) for k, v in ms_by.items() if k.startswith("ours")}
+    R.rec(section=section, what="ratio", best_peer=best, best_peer_ms=round(peers[best], 4), **shape, **ratios)
+
+
 # ------------------------------------------------------------------------------------------
-# Sections
+# Sections: env, ceilings, correctness
 # ------------------------------------------------------------------------------------------
 
 def section_env() -> None:
@@ -417,12 +342,7 @@ def section_env() -> None:
         p = torch.cuda.get_device_properties(0)
         info.update(gpu=p.name, sms=p.multi_processor_count, mem_gib=round(p.total_memory / 2**30, 1),
                     cuda=torch.version.cuda)
-    for key, dist in _PEER_DISTS.items():
-        try:
-            info[f"{key}_version"] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            info[f"{key}_version"] = None
-    R.rec(**info)
+    R.rec(**info, **{f"{key}_version": h.version(dist) for key, dist in _PEER_DISTS.items()})
 
 
 def section_ceilings() -> None:
@@ -430,22 +350,27 @@ def section_ceilings() -> None:
     if not CUDA:
         R.rec(section="ceilings", skipped="needs CUDA")
         return
-    n = 1 << 30  # 2 GiB of bf16 each way: far past L2
-    src = torch.empty(n, device=DEV, dtype=DTYPE).normal_()
-    dst = torch.empty_like(src)
-    ms = bench_ms(lambda: dst.copy_(src))
+    n, m = 1 << 30, 8192  # 2 GiB of bf16 each way: far past L2
+    ms = copy_ms(n)
     R.rec(section="ceilings", what="d2d_copy", TBps=round(2 * n * 2 / (ms * 1e-3) / 1e12, 3), ms=round(ms, 4))
-    del src, dst
-    m = 8192
-    a = torch.randn(m, m, device=DEV, dtype=DTYPE)
-    b = torch.randn(m, m, device=DEV, dtype=DTYPE)
-    ms = bench_ms(lambda: a @ b, rep_ms=300)
+    ms = matmul_ms(m)
     R.rec(section="ceilings", what="bf16_matmul_8192", TFLOPs=round(2 * m**3 / (ms * 1e-3) / 1e12, 1), ms=round(ms, 4))
-    del a, b
     torch.cuda.empty_cache()
 
 
-# --- correctness ---------------------------------------------------------------------------
+def copy_ms(n: int) -> float:
+    """ms of one device-to-device copy of `n` bf16 values (its buffers freed on return)."""
+    src = torch.empty(n, device=DEV, dtype=DTYPE).normal_()
+    dst = torch.empty_like(src)
+    return bench_ms(lambda: dst.copy_(src))
+
+
+def matmul_ms(m: int) -> float:
+    """ms of one bf16 ``[m, m] @ [m, m]``."""
+    a = torch.randn(m, m, device=DEV, dtype=DTYPE)
+    b = torch.randn(m, m, device=DEV, dtype=DTYPE)
+    return bench_ms(lambda: a @ b, rep_ms=300)
+
 
 def torch_in_dtype(q: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
     """The yardstick: MaxSim as plain torch computes it in the inputs' dtype.
@@ -461,8 +386,7 @@ def check_cross(config: str, q: torch.Tensor, c: Corpus) -> torch.Tensor:
     """Ours vs fp64 on the first `S.check_docs` documents; returns ours on all documents
     ``[Nq, Nd]`` (computed first so the autotuner sees the full-size problem)."""
     qv, qo = pack_queries(q)
-    dv, do = c.packed()
-    full = cg.maxsim(qv, qo, dv, do, backend=OURS)
+    full = cg.maxsim(qv, qo, *c.packed(), backend=OURS)
     n = min(S.check_docs, c.docs.shape[0])
     sv, so = c.packed(0, n)
     ours = cg.maxsim(qv, qo, sv, so, backend=OURS).double()
@@ -486,8 +410,7 @@ def check_candidates(config: str, q: torch.Tensor, c: Corpus, full: torch.Tensor
     qv, qo = pack_queries(q)
     dv, do = c.packed()
     got = cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS)
-    owner = torch.repeat_interleave(torch.arange(q.shape[0], device=DEV), co.diff())
-    want = full[owner, ci]
+    want = full[torch.repeat_interleave(torch.arange(q.shape[0], device=DEV), co.diff()), ci]
     scale = float(want.abs().max().clamp_min(1e-30))
     diff = float((got - want).abs().max()) if got.numel() else 0.0
     nq_ref = min(2, q.shape[0])
@@ -520,12 +443,9 @@ def topk_agreement(scores: torch.Tensor, idx: torch.Tensor, full: torch.Tensor, 
 
 
 def check_topk(config: str, q: torch.Tensor, c: Corpus, full: torch.Tensor) -> None:
-    qv, qo = pack_queries(q)
-    dv, do = c.packed()
     k = min(S.k, c.docs.shape[0])
-    scores, idx = cg.maxsim_topk(qv, qo, dv, do, k, chunk_docs=S.scan_chunk_docs, backend=OURS)
-    tol = 1e-5 * float(full.abs().max().clamp_min(1.0))
-    res = topk_agreement(scores, idx, full, k, tol)
+    scores, idx = cg.maxsim_topk(*pack_queries(q), *c.packed(), k, chunk_docs=S.scan_chunk_docs, backend=OURS)
+    res = topk_agreement(scores, idx, full, k, tol=1e-5 * float(full.abs().max().clamp_min(1.0)))
     R.check(config, "topk_vs_torch_topk", res.pop("ok"), k=k, chunk_docs=S.scan_chunk_docs, **res)
 
 
@@ -546,20 +466,92 @@ def correctness_configs():
 def section_correctness() -> None:
     """Every benchmarked shape, checked on this device before anything is timed."""
     for label, store, nq in correctness_configs():
-        if out_of_time("correctness", label, 20):
+        if R.out_of_time("correctness", label, 20):
             continue
         c = corpus(store)
-        target, q = make_queries(c, nq, seed=1000 + nq)
+        nd = c.docs.shape[0]
+        target, q = c.queries(nq, seed=1000 + nq)
         full = check_cross(label, q, c)
-        k = min(S.cand_k, c.docs.shape[0]) if store == "candidates" else min(100, c.docs.shape[0])
-        co, ci = make_candidates(target, c.docs.shape[0], k, seed=nq)
+        co, ci = make_candidates(target, nd, min(S.cand_k if store == "candidates" else 100, nd), seed=nq)
         check_candidates(label, q, c, full, co, ci)
         check_topk(label, q, c, full)
         del full
     sync()
 
 
-# --- rerank --------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------
+# Sections: store, rerank, scan
+# ------------------------------------------------------------------------------------------
+
+def compiled_kernels() -> dict:
+    """Kernels compiled so far in this process (per Triton kernel), and autotuned keys."""
+    out = {}
+    for name, k in (("cross", km._cross_kernel), ("candidates", km._candidates_kernel)):
+        caches = getattr(k.fn, "device_caches", None)  # absent under the interpreter
+        out[name] = None if caches is None else sum(len(c[0]) for c in caches.values())
+        out[f"{name}_tuned_keys"] = len(getattr(k, "cache", {}))
+    out["total"] = sum(v for key, v in out.items() if not key.endswith("keys") and v is not None)
+    return out
+
+
+def host_waits(calls: dict) -> dict:
+    """``{name: "none" | "synchronised: ..."}``: each call run once under
+    ``torch.cuda.set_sync_debug_mode("error")``, which raises on a synchronising CUDA call."""
+    waits = {}
+    for name, fn in calls.items():
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+            waits[name] = "none"
+        except RuntimeError as exc:
+            waits[name] = f"synchronised: {exc}"[:200]
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return waits
+
+
+def section_store() -> None:
+    """1 query x 1,024 documents through ``PackedStore.search`` (the target's public path):
+    warm-up time, whether any call synchronises, eager latency, host time to enqueue one call,
+    and the same search through :class:`GraphedSearch` (recorded once in a CUDA graph and
+    replayed: possible only because nothing on the path waits for the device)."""
+    nd = S.rerank_nd[0]
+    c = corpus(f"rerank{nd}")
+    dv, do = c.packed()
+    store = cg.PackedStore(S.d, DTYPE, str(DEV))
+    store.add((dv, do.to(DEV)))
+    t = time.time()
+    spent = store.warmup(query_lengths=(S.lq,), n_queries=(1,), candidates_per_query=min(64, nd), backend=OURS)
+    sync()
+    shape = dict(nq=1, nd=nd, lq=S.lq, ld=S.rerank_ld, d=S.d, k=S.k)
+    R.rec(section="store", what="warmup", s=round(time.time() - t, 2), **{k: round(v, 2) for k, v in spent.items()})
+    qv, qo = pack_queries(c.queries(1, seed=5000)[1])
+    qo_host = qo.cpu()
+    cand = (torch.tensor([0, min(64, nd)]), torch.arange(min(64, nd), dtype=torch.int64))
+
+    def search():
+        return store.search(qv, qo_host, k=S.k, backend=OURS, assume_finite=True)
+
+    def candidates():
+        return store.score_candidates(qv, qo_host, *cand, backend=OURS, assume_finite=True)
+    search()
+    candidates()
+    sync()
+    if CUDA:
+        waits = host_waits({"search": search, "score_candidates": candidates})
+        R.check("store", "no_host_waits", all(v == "none" for v in waits.values()), **waits)
+    cost = cross_cost(1, S.lq, nd, S.rerank_ld, S.d)
+    ms = timed_row("store", "ours PackedStore.search", search, shape, cost)
+    R.rec(section="store", what="host_enqueue_ms", **host_ms(search), **shape)
+    fast = GraphedSearch(store, n_queries=1, query_len=S.lq, k=S.k, backend=OURS)
+    got, want = fast(qv), search()
+    R.check("store", "graphed_search_equals_search", torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]),
+            uses_graph=fast.uses_graph)
+    graph_ms = bench_ms(lambda: fast(qv))
+    R.rec(section="store", impl="ours GraphedSearch" + (" (CUDA graph replay)" if fast.uses_graph else " (eager)"),
+          **shape, **rates(graph_ms, *cost), speedup_vs_eager=round(ms / graph_ms, 3) if ms else None)
+    R.rec(section="store", what="host_enqueue_ms_graphed", **host_ms(lambda: fast(qv)), **shape)
+
 
 def rerank_impls(q: torch.Tensor, c: Corpus):
     """(name, zero-argument callable) of every implementation that can run here.
@@ -595,48 +587,20 @@ def section_rerank() -> None:
     for nd in S.rerank_nd:
         c = corpus(f"rerank{nd}")
         for nq in S.rerank_nq:
-            if out_of_time("rerank", f"nq={nq} nd={nd}", 15):
+            if R.out_of_time("rerank", f"nq={nq} nd={nd}", 15):
                 continue
-            _, q = make_queries(c, nq, seed=2000 + nq)
-            byts, flops = cross_cost(nq, S.lq, nd, S.rerank_ld, S.d)
+            q = c.queries(nq, seed=2000 + nq)[1]
             shape = dict(nq=nq, nd=nd, lq=S.lq, ld=S.rerank_ld, d=S.d)
-            ms_by = {}
             ours_first = cg.maxsim(*pack_queries(q), *c.packed(), backend=OURS)
+            ms_by = {}
             for name, fn in rerank_impls(q, c):
-                if out_of_time("rerank", name, 5, **shape):
+                if R.out_of_time("rerank", name, 5, **shape):
                     continue
-                ms = guarded("rerank", name, lambda: bench_ms(fn), **shape)
-                if ms is None:
-                    continue
-                agree = guarded("rerank", name + " agreement", lambda: max_rel_diff(fn(), ours_first), **shape)
-                ms_by[name] = ms
-                R.rec(section="rerank", impl=name, **shape, **rates(ms, byts, flops), rel_diff_vs_ours=agree)
+                ms = timed_row("rerank", name, fn, shape, cross_cost(nq, S.lq, nd, S.rerank_ld, S.d), ours_first)
+                if ms is not None:
+                    ms_by[name] = ms
             record_ratio("rerank", ms_by, shape)
         drop_corpus(f"rerank{nd}")
-
-
-def max_rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| / max |b|, on b's device (peers such as colpali return CPU tensors)."""
-    a = a.to(b.device, torch.float32)
-    return round(float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)), 7)
-
-
-def record_ratio(section: str, ms_by: dict, shape: dict) -> None:
-    """Speed-up of each of our entries over the fastest peer (> 1: ours is faster)."""
-    peers = {k: v for k, v in ms_by.items() if not k.startswith("ours")}
-    if not peers:
-        R.rec(section=section, what="ratio", note="no peer measured", **shape)
-        return
-    best = min(peers, key=peers.get)
-    ratios = {f"speedup[{k}]": round(peers[best] / v, 3) for k, v in ms_by.items() if k.startswith("ours")}
-    R.rec(section=section, what="ratio", best_peer=best, best_peer_ms=round(peers[best], 4), **shape, **ratios)
-
-
-# --- scan ----------------------------------------------------------------------------------
-
-def recall(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Mean over rows of |set(a_i) & set(b_i)| / k, for ``[Nq, k]`` index tensors."""
-    return round(sum(len(set(x) & set(y)) for x, y in zip(a.tolist(), b.tolist())) / max(1, a.numel()), 4)
 
 
 def section_scan() -> None:
@@ -647,71 +611,73 @@ def section_scan() -> None:
     k = min(S.k, nd)
     lik = peer("lik", "scan")
     for nq in S.scan_nq:
-        if out_of_time("scan", f"nq={nq}", 20):
+        if R.out_of_time("scan", f"nq={nq}", 20):
             continue
-        target, q = make_queries(c, nq, seed=3000 + nq)
+        target, q = c.queries(nq, seed=3000 + nq)
         qv, qo = pack_queries(q)
         shape = dict(nq=nq, nd=nd, lq=S.lq, ld=S.scan_ld, d=S.d, k=k)
-        byts, flops = cross_cost(nq, S.lq, nd, S.scan_ld, S.d)
+        cost = cross_cost(nq, S.lq, nd, S.scan_ld, S.d)
 
         def ours():
             return cg.maxsim_topk(qv, qo, dv, do, k, chunk_docs=S.scan_chunk_docs, backend=OURS)
-        _, idx = ours()
-        ms_by = {"ours cg.maxsim_topk": bench_ms(ours, rep_ms=100)}
-        R.rec(section="scan", impl="ours cg.maxsim_topk", **shape, **rates(ms_by["ours cg.maxsim_topk"], byts, flops),
-              hit1=hit_at_1(idx, target), chunk_docs=S.scan_chunk_docs)
+        idx = ours()[1]
+        ms_by = {"ours cg.maxsim_topk": timed_row("scan", "ours cg.maxsim_topk", ours, shape, cost, rep_ms=100,
+                                                  hit1=hit_at_1(idx, target), chunk_docs=S.scan_chunk_docs)}
         if lik is not None:
             def theirs():
-                return call_with_supported(lik.retrieve, q, c.docs, top_k=k, chunk=8192, normalize=False)
-            res = guarded("scan", "lik.retrieve", theirs, **shape)
+                return h.call_supported(lik.retrieve, q, c.docs, top_k=k, chunk=8192, normalize=False)
+            res = R.guarded("scan", "lik.retrieve", theirs, **shape)
             if res is not None:
-                lik_idx = res[1]
-                ms = guarded("scan", "lik.retrieve", lambda: bench_ms(theirs, rep_ms=100), **shape)
-                if ms is not None:
-                    ms_by["lik.retrieve"] = ms
-                    R.rec(section="scan", impl="lik.retrieve", **shape, **rates(ms, byts, flops),
-                          hit1=hit_at_1(lik_idx, target), recall_ours_vs_lik=recall(idx, lik_idx))
+                ms_by["lik.retrieve"] = timed_row("scan", "lik.retrieve", theirs, shape, cost, rep_ms=100,
+                                                  hit1=hit_at_1(res[1], target), recall_ours_vs_lik=recall(idx, res[1]))
         record_ratio("scan", ms_by, shape)
     drop_corpus("scan")
 
 
-def hit_at_1(idx: torch.Tensor, target: torch.Tensor) -> float:
-    """Fraction of queries whose best document is their target (``idx [Nq, k]``)."""
-    return round(float((idx[:, 0].to(target.device) == target).float().mean()), 4)
+# ------------------------------------------------------------------------------------------
+# Section: candidates
+# ------------------------------------------------------------------------------------------
 
+@dataclass
+class Candidates:
+    """The candidates workload: ``q [Nq, Lq, d]``, each query's `kc` candidates ``(co [Nq+1], ci
+    [Nq*kc])`` in store `c`, ``ours [Nq*kc]`` our scores, and `shape` / `cost` for the records."""
+    c: Corpus
+    q: torch.Tensor
+    target: torch.Tensor
+    co: torch.Tensor
+    ci: torch.Tensor
+    kc: int
+    ours: torch.Tensor
+    shape: dict
+    cost: tuple
 
-# --- candidates ----------------------------------------------------------------------------
 
 def section_candidates() -> None:
     """Each query scores only its own candidates (the graph-linked images in ColGraphRAG)."""
     c = corpus("candidates")
     nd = c.docs.shape[0]
     nq, kc = S.cand_nq, min(S.cand_k, nd)
-    target, q = make_queries(c, nq, seed=4000)
+    target, q = c.queries(nq, seed=4000)
     co, ci = make_candidates(target, nd, kc, seed=4001)
     qv, qo = pack_queries(q)
     dv, do = c.packed()
     touched = int(torch.unique(ci).numel())
     shape = dict(nq=nq, cand_per_query=kc, store=nd, lq=S.lq, ld=S.cand_ld, d=S.d)
-    byts = 2 * (touched * S.cand_ld * S.d + nq * S.lq * S.d)  # each touched document read once
-    flops = 2 * ci.numel() * S.lq * S.cand_ld * S.d
-    ours_scores = cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS)
-    best_local = ours_scores.view(nq, kc).argmax(1)
+    cost = (2 * (touched * S.cand_ld * S.d + nq * S.lq * S.d),  # each touched document read once
+            2 * ci.numel() * S.lq * S.cand_ld * S.d)
+    w = Candidates(c, q, target, co, ci, kc, cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS), shape, cost)
+    best_local = w.ours.view(nq, kc).argmax(1)
     hit1 = round(float((ci.view(nq, kc).gather(1, best_local[:, None])[:, 0] == target).float().mean()), 4)
     ms_by = {}
     for name, fn in (("ours cg.maxsim_candidates", lambda: cg.maxsim_candidates(qv, qo, dv, do, co, ci, backend=OURS)),
                      ("ours km.maxsim_candidates", lambda: km.maxsim_candidates(
                          qv, qo, dv, do, co, ci, q_lengths=[S.lq] * nq, cand_counts=[kc] * nq))):
-        ms = bench_ms(fn)
-        ms_by[name] = ms / nq
-        R.rec(section="candidates", impl=name, **shape, **rates(ms, byts, flops), ms_per_query=round(ms / nq, 4),
-              docs_touched=touched, hit1=hit1)
+        ms_by[name] = timed_row("candidates", name, fn, shape, cost, per=nq, docs_touched=touched, hit1=hit1)
     lik = peer("lik", "candidates")
     later = []
     if lik is not None:
-        ms = guarded("candidates", "lik score_pairs_packed", lambda: lik_score_pairs(q, c, co, ci, ours_scores, shape))
-        if ms is not None:
-            ms_by["lik score_pairs_packed"] = ms
+        ms_by["lik score_pairs_packed"] = R.guarded("candidates", "lik score_pairs_packed", lambda: lik_score_pairs(w))
         for n in S.lik_cand_nq:
             if n > nq:
                 continue
@@ -722,100 +688,88 @@ def section_candidates() -> None:
                 else:
                     later.append(n)  # may fault the CUDA context: run after everything else
                 continue
-            ms = lik_gathered("candidates", lik, q, c, ci, kc, n, ours_scores, shape)
-            if ms is not None:
-                ms_by[f"lik gathered+maxsim ({n} q)"] = ms
+            ms_by[f"lik gathered+maxsim ({n} q)"] = lik_gathered(lik, w, n)
     if HEADLINE:
-        R.rec(section="candidates", impl="fast_plaid.search(subset=)", skipped="HEADLINE: measured in the prefilter phase")
+        R.rec(section="candidates", impl="fast_plaid.search(subset=)",
+              skipped="HEADLINE: measured in the prefilter phase")
     else:
-        fast_plaid_subset(c, q, target, co, ci, kc, ours_scores, shape, ms_by)
+        ms_by["fast_plaid.search(subset=)"] = fast_plaid_subset(w)
     record_ratio("candidates", ms_by, dict(shape, unit="ms_per_query"))
-    R.write_markdown()
+    write_markdown()
     # Last of the whole run on purpose: a padded gather past 2^31 elements made
     # late-interaction-kernels fault with an illegal memory access, which leaves the CUDA
     # context unusable for anything after it.
     for n in later:
-        lik_gathered("candidates", lik, q, c, ci, kc, n, ours_scores, shape)
+        lik_gathered(lik, w, n)
 
 
-def lik_score_pairs(q: torch.Tensor, c: Corpus, co: torch.Tensor, ci: torch.Tensor, ours_scores: torch.Tensor,
-                    shape: dict) -> float | None:
+def lik_score_pairs(w: Candidates) -> float | None:
     """late-interaction-kernels' own pair-list kernel (packed inputs plus one (query, doc) index
     pair per score; the like-for-like peer of ``cg.maxsim_candidates``). Returns ms per query."""
     what = "lik score_pairs_packed"
     try:
-        mod = importlib.import_module("late_interaction_kernels.score_pairs")
-        fn = mod.score_pairs_packed
+        fn = importlib.import_module("late_interaction_kernels.score_pairs").score_pairs_packed
     except (ImportError, AttributeError) as exc:
         R.rec(section="candidates", impl=what, skipped=f"not in this version: {exc!r}"[:300])
         return None
-    nq = q.shape[0]
-    qv, qo = pack_queries(q)
-    dv, do = c.packed()
+    nq = w.q.shape[0]
+    qv, qo = pack_queries(w.q)
+    dv, do = w.c.packed()
     # Its native index types, converted outside the timing; exact max lengths avoid its D2H sync.
     qo32, do32 = qo.to(torch.int32), do.to(torch.int32)
-    pair_q = torch.repeat_interleave(torch.arange(nq, device=DEV), co.diff()).to(torch.int32)
-    pair_d = ci.to(torch.int32)
+    pair_q = torch.repeat_interleave(torch.arange(nq, device=DEV), w.co.diff()).to(torch.int32)
+    pair_d = w.ci.to(torch.int32)
 
     def run():
-        return call_with_supported(fn, qv, dv, qo32, do32, pair_q, pair_d, max_seqlen_q=S.lq, max_seqlen_d=S.cand_ld)
-    diff = max_rel_diff(run(), ours_scores)
-    ms = bench_ms(run)
-    byts = 2 * (int(torch.unique(ci).numel()) * S.cand_ld * S.d + nq * S.lq * S.d)
-    flops = 2 * ci.numel() * S.lq * S.cand_ld * S.d
-    R.rec(section="candidates", impl=what, **shape, **rates(ms, byts, flops), ms_per_query=round(ms / nq, 4),
-          rel_diff_vs_ours=diff)
-    return ms / nq
+        return h.call_supported(fn, qv, dv, qo32, do32, pair_q, pair_d, max_seqlen_q=S.lq, max_seqlen_d=S.cand_ld)
+    return timed_row("candidates", what, run, w.shape, w.cost, w.ours, per=nq)
 
 
-def lik_gathered(section: str, lik, q: torch.Tensor, c: Corpus, ci: torch.Tensor, kc: int, n: int,
-                 ours_scores: torch.Tensor, shape: dict) -> float | None:
+def lik_gathered(lik, w: Candidates, n: int) -> float | None:
     """late-interaction-kernels on candidates the way its API allows: gather the first `n`
     queries' candidates into a padded ``[n, K, Ld, d]`` tensor, then one KD-layout
     ``lik.maxsim(Q [n, Lq, d], D [n, K, Ld, d]) -> [n, K]``. Returns ms per query."""
     what = f"lik gathered+maxsim ({n} q)"
-    ids = ci[:n * kc].view(n, kc)
-    qn = q[:n].contiguous()
-    ctx = dict(shape, nq=n, elements=n * kc * S.cand_ld * S.d)
+    ids = w.ci[:n * w.kc].view(n, w.kc)
+    qn = w.q[:n].contiguous()
+    ctx = dict(w.shape, nq=n, elements=n * w.kc * S.cand_ld * S.d)
     try:
-        gathered = c.docs[ids]  # [n, K, Ld, d]
+        gathered = w.c.docs[ids]  # [n, K, Ld, d]
         scores = lik.maxsim(qn, gathered)
         sync()
-        diff = max_rel_diff(scores.reshape(-1), ours_scores[:n * kc])
-        gather_ms = bench_ms(lambda: c.docs[ids])
+        diff = max_rel_diff(scores.reshape(-1), w.ours[:n * w.kc])
+        gather_ms = bench_ms(lambda: w.c.docs[ids])
         score_ms = bench_ms(lambda: lik.maxsim(qn, gathered))
     except Exception as exc:
-        R.rec(section=section, impl=what, error=repr(exc)[:500], tb=traceback.format_exc()[-1500:], **ctx)
+        R.error("candidates", what, exc, **ctx)
         return None
     per_q = (gather_ms + score_ms) / n
-    R.rec(section=section, impl=what, **ctx, gather_ms=round(gather_ms, 4), score_ms=round(score_ms, 4),
+    R.rec(section="candidates", impl=what, **ctx, gather_ms=round(gather_ms, 4), score_ms=round(score_ms, 4),
           ms_per_query=round(per_q, 4), rel_diff_vs_ours=diff)
-    del gathered
     return per_q
 
 
-def fast_plaid_subset(c: Corpus, q: torch.Tensor, target: torch.Tensor, co: torch.Tensor, ci: torch.Tensor,
-                      kc: int, ours_scores: torch.Tensor, shape: dict, ms_by: dict) -> None:
+def fast_plaid_subset(w: Candidates) -> float | None:
     """fast-plaid's ``search(..., subset=)``: a PLAID index (nbits=4) over the store, each query
     restricted to its candidate ids. Records ms per query, hit@1, recall@10 against our exact
     top-10 within the candidates, and whether candidates went unscored (dropped)."""
+    what = "fast_plaid.search(subset=)"
     fp_mod = peer("fast_plaid", "candidates")
-    if fp_mod is None or out_of_time("candidates", "fast_plaid", 60, **shape):
-        return
-    nq, nd = q.shape[0], c.docs.shape[0]
-    k = min(S.k, kc)
-    subs = [row.tolist() for row in ci.view(nq, kc).cpu()]
-    exact_local = torch.topk(ours_scores.view(nq, kc), k, dim=1).indices
-    exact_ids = ci.view(nq, kc).gather(1, exact_local).cpu()
-    qf = q.float()
+    if fp_mod is None or R.out_of_time("candidates", "fast_plaid", 60, **w.shape):
+        return None
+    nq, nd = w.q.shape[0], w.c.docs.shape[0]
+    k = min(S.k, w.kc)
+    subs = [row.tolist() for row in w.ci.view(nq, w.kc).cpu()]
+    exact_ids = w.ci.view(nq, w.kc).gather(1, torch.topk(w.ours.view(nq, w.kc), k, dim=1).indices).cpu()
+    qf = w.q.float()
 
     def search(queries, top_k, subset):
-        return call_with_supported(index.search, queries_embeddings=queries, top_k=top_k, subset=subset,
-                                   show_progress=False)
+        return h.call_supported(index.search, queries_embeddings=queries, top_k=top_k, subset=subset,
+                                show_progress=False)
     try:
         t = time.time()
         index = fp_mod.FastPlaid(index=tempfile.mkdtemp(prefix="fastplaid_"), device=str(DEV))
-        call_with_supported(index.create, documents_embeddings=[c.docs[i].float() for i in range(nd)], nbits=4)
+        h.call_supported(index.create, documents_embeddings=[w.c.docs[i].float() for i in range(nd)], nbits=4)
         sync()
         build_s = time.time() - t
         search(qf[:4], k, subs[:4])  # warm-up
@@ -826,13 +780,13 @@ def fast_plaid_subset(c: Corpus, q: torch.Tensor, target: torch.Tensor, co: torc
         per_q = (time.time() - t) * 1e3 / nq
         got = torch.tensor([[int(p) for p, _ in r] + [-1] * (k - len(r)) for r in res])
     except Exception as exc:
-        R.rec(section="candidates", impl="fast_plaid.search(subset=)", error=repr(exc)[:500],
-              tb=traceback.format_exc()[-1500:], **shape)
-        return
-    ms_by["fast_plaid.search(subset=)"] = per_q
-    R.rec(section="candidates", impl="fast_plaid.search(subset=)", **shape, nbits=4, build_s=round(build_s, 1),
-          ms_per_query=round(per_q, 4), hit1=hit_at_1(got, target.cpu()), recall10_vs_exact=recall(got, exact_ids))
-    guarded("candidates", "fast_plaid dropped-candidates probe", lambda: fast_plaid_dropped(search, qf, subs, kc), **shape)
+        R.error("candidates", what, exc, **w.shape)
+        return None
+    R.rec(section="candidates", impl=what, **w.shape, nbits=4, build_s=round(build_s, 1), ms_per_query=round(per_q, 4),
+          hit1=hit_at_1(got, w.target.cpu()), recall10_vs_exact=recall(got, exact_ids))
+    R.guarded("candidates", "fast_plaid dropped-candidates probe", lambda: fast_plaid_dropped(search, qf, subs, w.kc),
+              **w.shape)
+    return per_q
 
 
 def fast_plaid_dropped(search, qf: torch.Tensor, subs: list, kc: int) -> None:
@@ -846,97 +800,13 @@ def fast_plaid_dropped(search, qf: torch.Tensor, subs: list, kc: int) -> None:
           ids_outside_subset=outside)
 
 
-# --- store: the public API, its host waits and CUDA graphs ----------------------------------
-
-def compiled_kernels() -> dict:
-    """Kernels compiled so far in this process (per Triton kernel), and autotuned keys."""
-    out = {}
-    for name, k in (("cross", km._cross_kernel), ("candidates", km._candidates_kernel)):
-        caches = getattr(k.fn, "device_caches", None)  # absent under the interpreter
-        out[name] = None if caches is None else sum(len(c[0]) for c in caches.values())
-        out[f"{name}_tuned_keys"] = len(getattr(k, "cache", {}))
-    out["total"] = sum(v for key, v in out.items() if not key.endswith("keys") and v is not None)
-    return out
-
-
-def section_store() -> None:
-    """1 query x 1,024 documents through ``PackedStore.search`` (the target's public path):
-    warm-up time, whether any call synchronises (``torch.cuda.set_sync_debug_mode("error")``
-    raises on a synchronising CUDA call), eager latency, host time to enqueue one call, and the
-    same search through :class:`GraphedSearch` (recorded once in a CUDA graph and replayed:
-    possible only because nothing on the path waits for the device)."""
-    nd = S.rerank_nd[0]
-    c = corpus(f"rerank{nd}")
-    dv, do = c.packed()
-    store = cg.PackedStore(S.d, DTYPE, str(DEV))
-    store.add((dv, do.to(DEV)))
-    t = time.time()
-    spent = store.warmup(query_lengths=(S.lq,), n_queries=(1,), candidates_per_query=min(64, nd), backend=OURS)
-    sync()
-    shape = dict(nq=1, nd=nd, lq=S.lq, ld=S.rerank_ld, d=S.d, k=S.k)
-    R.rec(section="store", what="warmup", s=round(time.time() - t, 2), **{k: round(v, 2) for k, v in spent.items()})
-    _, q = make_queries(c, 1, seed=5000)
-    qv, qo = pack_queries(q)
-    qo_host = qo.cpu()
-    co_host = torch.tensor([0, min(64, nd)])
-    ci_host = torch.arange(min(64, nd), dtype=torch.int64)
-
-    def search():
-        return store.search(qv, qo_host, k=S.k, backend=OURS, assume_finite=True)
-
-    def candidates():
-        return store.score_candidates(qv, qo_host, co_host, ci_host, backend=OURS, assume_finite=True)
-    search()
-    candidates()
-    sync()
-    if CUDA:
-        waits = {}
-        for name, fn in (("search", search), ("score_candidates", candidates)):
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                fn()
-                waits[name] = "none"
-            except RuntimeError as exc:
-                waits[name] = f"synchronised: {exc}"[:200]
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
-        R.check("store", "no_host_waits", all(v == "none" for v in waits.values()), **waits)
-    byts, flops = cross_cost(1, S.lq, nd, S.rerank_ld, S.d)
-    ms = bench_ms(search)
-    R.rec(section="store", impl="ours PackedStore.search", **shape, **rates(ms, byts, flops))
-    sync()
-    enqueue = []
-    for _ in range(50):
-        t = time.perf_counter()
-        search()
-        enqueue.append((time.perf_counter() - t) * 1e3)
-        sync()
-    R.rec(section="store", what="host_enqueue_ms", median=round(statistics.median(enqueue), 4),
-          min=round(min(enqueue), 4), **shape)
-    fast = GraphedSearch(store, n_queries=1, query_len=S.lq, k=S.k, backend=OURS)
-    got = fast(qv)
-    want = search()
-    R.check("store", "graphed_search_equals_search", torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]),
-            uses_graph=fast.uses_graph)
-    graph_ms = bench_ms(lambda: fast(qv))
-    R.rec(section="store", impl="ours GraphedSearch" + (" (CUDA graph replay)" if fast.uses_graph else " (eager)"),
-          **shape, **rates(graph_ms, byts, flops), speedup_vs_eager=round(ms / graph_ms, 3))
-    enqueue = []
-    for _ in range(50):
-        t = time.perf_counter()
-        fast(qv)
-        enqueue.append((time.perf_counter() - t) * 1e3)
-        sync()
-    R.rec(section="store", what="host_enqueue_ms_graphed", median=round(statistics.median(enqueue), 4),
-          min=round(min(enqueue), 4), **shape)
-
-
 # ------------------------------------------------------------------------------------------
 # Markdown
 # ------------------------------------------------------------------------------------------
 
 _SHAPE_KEYS = ("nq", "nd", "store", "cand_per_query", "lq", "ld", "d", "k")
-_SKIP_KEYS = {"section", "impl", "what", "check", "config", "tb", "t_s", "ms", "TBps", "TFLOPs", "ok", "unit", *_SHAPE_KEYS}
+_SKIP_KEYS = {"section", "impl", "what", "check", "config", "tb", "t_s", "ms", "TBps", "TFLOPs", "ok", "unit",
+              *_SHAPE_KEYS}
 
 
 def _fmt(v) -> str:
@@ -947,6 +817,11 @@ def _fmt(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def _cell(key: str):
+    """A :func:`_harness.table` column: ``row[key]`` as :func:`_fmt` writes it, blank when absent."""
+    return lambda r: _fmt(r.get(key, ""))
+
+
 def _shape(r: dict) -> str:
     return " ".join(f"{k}={r[k]}" for k in _SHAPE_KEYS if k in r)
 
@@ -955,45 +830,47 @@ def _extras(r: dict) -> str:
     return "; ".join(f"{k}={_fmt(v)}" for k, v in r.items() if k not in _SKIP_KEYS)
 
 
-def render_markdown(rows: list[dict]) -> str:
-    """Environment, correctness verdicts, timings, then errors and skips."""
-    lines = ["# colgraph_engine MaxSim on a GPU" + (" (SMOKE: CPU interpreter, timings meaningless)" if SMOKE else ""), ""]
+def render_markdown(rows: list[dict], head: list[str]) -> str:
+    """Title, `head` (the harness's environment lines), the env record, correctness verdicts,
+    timings, ratios, other measurements, then errors and skips."""
     env = next((r for r in rows if r.get("section") == "env" and "torch" in r), None)
-    if env:
-        lines += ["## Environment", ""] + [f"* {k}: {_fmt(v)}" for k, v in env.items() if k not in ("section", "t_s")] + [""]
-    ceil = [r for r in rows if r.get("section") == "ceilings" and "what" in r]
-    if ceil:
-        lines += ["## Ceilings", "", "| what | TB/s | TFLOP/s | ms |", "|---|---|---|---|"]
-        lines += [f"| {r['what']} | {_fmt(r.get('TBps', ''))} | {_fmt(r.get('TFLOPs', ''))} | {_fmt(r['ms'])} |" for r in ceil]
-        lines.append("")
-    checks = [r for r in rows if "check" in r]
-    if checks:
-        lines += ["## Correctness", "", "| config | check | ok | details |", "|---|---|---|---|"]
-        lines += [f"| {r['config']} | {r['check']} | {'PASS' if r['ok'] else '**FAIL**'} | {_extras(r)} |" for r in checks]
-        lines.append("")
-    timed = [r for r in rows if ("ms" in r or "ms_per_query" in r) and "impl" in r and "error" not in r]
-    if timed:
-        lines += ["## Speed", "", "| section | impl | shape | ms | TB/s | TFLOP/s | notes |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['section']} | {r['impl']} | {_shape(r)} | {_fmt(r.get('ms', ''))} | {_fmt(r.get('TBps', ''))} "
-                  f"| {_fmt(r.get('TFLOPs', ''))} | {_extras(r)} |" for r in timed]
-        lines.append("")
-    ratios = [r for r in rows if r.get("what") == "ratio"]
-    if ratios:
-        lines += ["## Ours vs the fastest peer (speed-up > 1: ours faster)", "", "| section | shape | details |", "|---|---|---|"]
-        lines += [f"| {r['section']} | {_shape(r)} | {_extras(r)} |" for r in ratios]
-        lines.append("")
+    envs = [f"* {k}: {_fmt(v)}" for k, v in env.items() if k not in ("section", "t_s")] if env else []
     other = [r for r in rows if "what" in r and r["what"] != "ratio" and r.get("section") != "ceilings"]
-    if other:
-        lines += ["## Other measurements", "", "| section | what | details |", "|---|---|---|"]
-        lines += [f"| {r['section']} | {r['what']} | {_extras(r)} |" for r in other]
-        lines.append("")
-    bad = [r for r in rows if "error" in r or "skipped" in r]
-    if bad:
-        lines += ["## Errors and skips", "", "| section | what | shape | reason |", "|---|---|---|---|"]
-        lines += [f"| {r['section']} | {r.get('impl', r.get('what', ''))} | {_shape(r)} | "
-                  f"{_fmt(r.get('error', r.get('skipped')))} |" for r in bad]
-        lines.append("")
+    parts = [
+        ("Ceilings", [("what", "what"), ("TB/s", _cell("TBps")), ("TFLOP/s", _cell("TFLOPs")), ("ms", _cell("ms"))],
+         [r for r in rows if r.get("section") == "ceilings" and "what" in r]),
+        ("Correctness", [("config", "config"), ("check", "check"), ("ok", lambda r: "PASS" if r["ok"] else "**FAIL**"),
+                         ("details", _extras)], [r for r in rows if "check" in r]),
+        ("Speed", [("section", "section"), ("impl", "impl"), ("shape", _shape), ("ms", _cell("ms")),
+                   ("TB/s", _cell("TBps")), ("TFLOP/s", _cell("TFLOPs")), ("notes", _extras)],
+         [r for r in rows if ("ms" in r or "ms_per_query" in r) and "impl" in r and "error" not in r]),
+        ("Ours vs the fastest peer (speed-up > 1: ours faster)", [("section", "section"), ("shape", _shape),
+                                                                   ("details", _extras)],
+         [r for r in rows if r.get("what") == "ratio"]),
+        ("Other measurements", [("section", "section"), ("what", "what"), ("details", _extras)], other),
+        ("Errors and skips", [("section", "section"), ("what", lambda r: r.get("impl", r.get("what", ""))),
+                              ("shape", _shape), ("reason", lambda r: _fmt(r.get("error", r.get("skipped"))))],
+         [r for r in rows if "error" in r or "skipped" in r]),
+    ]
+    lines = ["# colgraph_engine MaxSim on a GPU" + (" (SMOKE: CPU interpreter, timings meaningless)" if SMOKE else ""),
+             "", *head, ""]
+    lines += ["## Environment", "", *envs, ""] if envs else []
+    for title, columns, part in parts:
+        lines += h.table_section(title, columns, part)
     return "\n".join(lines)
+
+
+ENV: dict = {}  # the harness's environment (commit, load, threads), read once in main()
+
+
+def write_markdown() -> str:
+    """Rewrites ``gpu_maxsim.md`` whole (after every section: an abort late in the run leaves it)."""
+    text = render_markdown(R.rows, h.header(ENV, h.command_line()))
+    path = os.path.join(OUT_DIR, "gpu_maxsim.md")
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return text
 
 
 # ------------------------------------------------------------------------------------------
@@ -1006,8 +883,10 @@ MAX_COMPILES_BEFORE_TIMING = 12
 
 
 def main() -> int:
-    global R, WANTED
-    R = Recorder(OUT_DIR)
+    global R, WANTED, ENV
+    R = h.RecordLog(os.path.join(OUT_DIR, "gpu_maxsim.jsonl"), BUDGET_S, t0=T0)
+    commit = os.environ.get("COLGRAPH_COMMIT")  # the device's copy has no .git: the caller names it
+    ENV = h.env(**({"commit": commit} if commit else {}))
     wanted = os.environ.get("SECTIONS", ",".join(n for n, _ in SECTIONS)).split(",")
     WANTED = set(wanted)
     torch.manual_seed(0)
@@ -1024,12 +903,12 @@ def main() -> int:
     times = {r["section"]: r["section_s"] for r in R.rows if "section_s" in r}
     print("section seconds: " + ", ".join(f"{k}={v}" for k, v in times.items()), flush=True)
     if "correctness" in wanted and not any("check" in r for r in R.rows):
-        R.failed_checks.append("no correctness check ran")
-    R.rec(section="done", total_s=round(time.time() - T0, 1), failed_checks=R.failed_checks)
-    print("\n" + R.write_markdown())
-    print(f"wrote {R.jsonl_path} and {R.md_path}")
-    if R.failed_checks:
-        print("CORRECTNESS FAILED: " + "; ".join(R.failed_checks), file=sys.stderr)
+        R.failed.append("no correctness check ran")
+    R.rec(section="done", total_s=round(time.time() - T0, 1), failed_checks=R.failed)
+    print("\n" + write_markdown())
+    print(f"wrote {R.path} and {os.path.join(OUT_DIR, 'gpu_maxsim.md')}")
+    if R.failed:
+        print("CORRECTNESS FAILED: " + "; ".join(R.failed), file=sys.stderr)
         return 1
     return 0
 

@@ -12,8 +12,9 @@ Sections (each one's failure is recorded and the run goes on):
   brute force; relative errors and id agreement.
 * ``copy``: host-to-device copy rate from pinned memory (the rate an exact scan over a corpus that
   no longer fits on the device is bounded by).
-* per corpus (colsearch's fp16 GPU lane too with ``--colsearch DIR``): ground truth = exact MaxSim top-10 (late-interaction-kernels ``retrieve`` when it
-  imports, as peers_gpu.py; else our store); rows: exact brute force (ours, and
+* per corpus (colsearch's fp16 GPU lane too with ``--colsearch DIR``): ground truth = exact MaxSim
+  top-10 (late-interaction-kernels ``retrieve`` when it imports, as peers_gpu.py; else our store);
+  rows: exact brute force (ours, and
   late-interaction-kernels), our prefilter at PLAID's k = 10 defaults for nbits 2 and 4 (exact
   stage on the codes, fused Triton kernel; and on the store's bf16 vectors), fast-plaid 1.7 nbits 4
   (``n_ivf_probe`` 8, ``n_full_scores`` 4096: peers_gpu.py's first setting). 256 queries in one
@@ -23,14 +24,13 @@ Sections (each one's failure is recorded and the run goes on):
     python benchmarks/gpu_prefilter.py                 # on the GPU machine
     python benchmarks/gpu_prefilter.py --quick         # CPU check: tiny corpora, same code path
 
-Writes ``gpu_prefilter.{json,md}`` (``gpu_prefilter_quick.*`` with --quick) under $OUT when set,
-else benchmarks/results/, after every row. Environment: GPU_BUDGET_S (default 480) skips what is
-left once spent, and says so.
+Writes ``gpu_prefilter.{json,md}`` (``gpu_prefilter_quick.*`` with --quick) under ``--out``
+(default $OUT when set, else benchmarks/results/), after every row. Environment: GPU_BUDGET_S
+(default 480) skips what is left once spent, and says so.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
+import importlib
 import json
 import os
 import pathlib
@@ -45,10 +45,12 @@ import torch.nn.functional as F
 
 HERE = pathlib.Path(__file__).resolve().parent
 try:  # run_gpu.sh puts the installed layout (with colgraph_engine.kernels) on the path first
-    import colgraph_engine.kernels  # noqa: F401
+    importlib.import_module("colgraph_engine.kernels")
 except ImportError:
     sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
+import _harness as h  # noqa: E402
 from colgraph_engine.prefilter import PrefilterIndex, reference  # noqa: E402
 from colgraph_engine.store import PackedStore  # noqa: E402
 
@@ -58,64 +60,7 @@ QUICK = [("1000 x 16", 1000, 16, 6, 11, 12), ("200 x 64", 200, 64, 16, 11, 12)]
 T0 = time.perf_counter()
 TENSOR_FIELDS = ("centroids", "cutoffs", "weights", "codes", "residuals", "offsets", "ids", "alive", "cells_offsets",
                  "cells", "ivf_offsets", "ivf_docs")
-
-
-def make_corpus(nd, ld, d, tpd, device, n_topics=8192, noise=0.35, seed=0, chunk=4096):
-    """``(topics [n_topics, d], doc topics [nd, tpd], values [nd * ld, d] bf16)``: peers_gpu.py's
-    generator (same draws in the same order, so the same corpus for the same seed and device)."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    cents = F.normalize(torch.randn(n_topics, d, device=device, generator=g), dim=-1)
-    topics = torch.randint(0, n_topics, (nd, tpd), device=device, generator=g)
-    out = torch.empty(nd * ld, d, device=device, dtype=torch.bfloat16)
-    for a in range(0, nd, chunk):
-        b = min(nd, a + chunk)
-        pick = torch.randint(0, tpd, (b - a, ld), device=device, generator=g)
-        x = cents[torch.gather(topics[a:b], 1, pick)] + noise / d ** 0.5 * torch.randn(b - a, ld, d, device=device,
-                                                                                      generator=g)
-        out[a * ld:b * ld] = F.normalize(x, dim=-1).reshape(-1, d).to(torch.bfloat16)
-    return cents, topics, out
-
-
-def make_queries(cents, topics, nq, lq, noise=0.5, seed=1):
-    g = torch.Generator(device=cents.device).manual_seed(seed)
-    nd, tpd = topics.shape
-    target = torch.randint(0, nd, (nq,), device=cents.device, generator=g)
-    pick = torch.randint(0, tpd, (nq, lq), device=cents.device, generator=g)
-    tt = torch.gather(topics[target], 1, pick)
-    q = F.normalize(cents[tt] + noise / cents.shape[1] ** 0.5 * torch.randn(nq, lq, cents.shape[1],
-                                                                           device=cents.device, generator=g), dim=-1)
-    return target, q.to(torch.bfloat16)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device, repeats=3):
-    """``(median seconds of `repeats` synchronised calls after one warm-up, last output)``."""
-    out = fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
-
-
-def one_query_ms(fn, n, device):
-    """Median milliseconds of ``fn(i)`` for i in 0..n-1, each synchronised (after a warm-up)."""
-    fn(0)
-    sync(device)
-    times = []
-    for i in range(n):
-        t = time.perf_counter()
-        fn(i)
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+STAGES = ("centroids", "candidates", "pruned", "full", "exact")
 
 
 def recall10(ids, exact):
@@ -128,29 +73,28 @@ def rel_err(out, ref):
 
 
 class Run:
-    def __init__(self, device, out_dir, stem, budget_s):
-        self.device, self.out_dir, self.stem, self.budget_s = device, out_dir, stem, budget_s
+    """The checks, rows and notes so far, written whole to ``--out`` after each one; the time budget."""
+
+    def __init__(self, device, args):
+        self.device, self.out, self.colsearch = device, args.out, args.colsearch
+        self.stem = h.stem("gpu_prefilter", args)
+        self.budget_s = float(os.environ.get("GPU_BUDGET_S", "480"))
         self.rows, self.checks, self.notes = [], [], []
-        self.colsearch = ""
+        self.sync = h.synchronizer(device)
+        self.env = h.env(device=torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu")
 
     def left(self):
         return self.budget_s - (time.perf_counter() - T0)
 
-    def save(self):
-        env = {"device": torch.cuda.get_device_name(0) if self.device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "elapsed_s": round(time.perf_counter() - T0, 1)}
-        try:
-            import triton
-            env["triton"] = triton.__version__
-        except ImportError:
-            pass
-        (self.out_dir / f"{self.stem}.json").write_text(
-            json.dumps({"env": env, "checks": self.checks, "rows": self.rows, "notes": self.notes}, indent=1) + "\n")
+    def save(self, echo=False):
+        data = {"elapsed_s": round(time.perf_counter() - T0, 1), "checks": self.checks, "rows": self.rows,
+                "notes": self.notes}
+        head = self.env["device"] if self.device.type == "cuda" else "the CPU (--quick check of the code path)"
+        h.write_whole(self.stem, f"Prefilter on {head}", report_body(self), data, self.out, e=self.env, echo=echo)
 
     def row(self, **kw):
-        kw["t_s"] = round(time.perf_counter() - T0, 1)
-        self.rows.append(kw)
-        print(json.dumps(kw), flush=True)
+        self.rows.append({**kw, "t_s": round(time.perf_counter() - T0, 1)})
+        print(json.dumps(self.rows[-1]), flush=True)
         self.save()
 
     def check(self, **kw):
@@ -177,6 +121,33 @@ class Run:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
+    def time_all(self, fn, repeats=3):
+        """``(median seconds of `repeats` synchronised calls of fn(), the output of a first, untimed call)``."""
+        out = fn()
+        return statistics.median(h.time_each(lambda _: fn(), range(repeats), sync=self.sync)[1]), out
+
+    def one_query_ms(self, fn, n):
+        """Median milliseconds of ``fn(i)`` for i in 0..n-1 (different queries), each synchronised, after a warm-up."""
+        fn(0)
+        return statistics.median(h.time_each(fn, range(n), sync=self.sync)[1]) * 1e3
+
+    def timed_row(self, corpus, impl, search_all, search_one, n_one, exact, target, *, repeats=3,
+                  ids=lambda out: out[1], **extra):
+        """Records a row: QPS of `search_all()` (all queries in one call), 1-query ms of
+        `search_one(i)`, recall@10 of ``ids(search_all())`` [nq, 10] against `exact` (None: they are
+        the exact ones) and hit@1 against `target`. Returns those ids."""
+        sec, out = self.time_all(search_all, repeats)
+        got = ids(out)
+        one = self.one_query_ms(search_one, n_one)
+        self.row(corpus=corpus, impl=impl, qps=got.shape[0] / sec, ms_one_query=one,
+                 recall10=recall10(got, got if exact is None else exact),
+                 hit1=float((got[:, 0].cpu() == target.cpu()).float().mean()), **extra)
+        return got
+
+
+# ------------------------------------------------------------------------------------------
+# Sections
+# ------------------------------------------------------------------------------------------
 
 def section_check(run: Run, quick: bool = False):
     """Fused decode-and-score kernel vs the float64 reference decode; the store vs float64 MaxSim.
@@ -189,9 +160,8 @@ def section_check(run: Run, quick: bool = False):
         for unit in (True, False):
             lengths = torch.randint(0, max_len, (n_docs,), generator=g).tolist()
             docs = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in lengths]
-            idx = PrefilterIndex.build(docs, nbits=nbits, n_centroids=16 if quick else 64, device=dev,
-                                       normalize_decoded=unit)
-            s = idx.snapshot()
+            s = PrefilterIndex.build(docs, nbits=nbits, n_centroids=16 if quick else 64, device=dev,
+                                     normalize_decoded=unit).snapshot()
             queries = [F.normalize(torch.randn(n, 128, generator=g), dim=-1) for n in q_lens]
             qv = torch.cat(queries).to(dev)
             qo = torch.tensor([0] + [q.shape[0] for q in queries]).cumsum(0).to(dev)
@@ -213,15 +183,14 @@ def section_check(run: Run, quick: bool = False):
     q = F.normalize(torch.randn(8 * 32, 128, generator=g), dim=-1).to(torch.bfloat16)
     store = PackedStore(128, torch.bfloat16, dev)
     store.add((vals.to(dev), torch.arange(nd + 1, dtype=torch.int64, device=dev) * ld))
-    qo = torch.arange(9, dtype=torch.int64) * 32
-    sc, ids = store.search(q, qo, k=10)
+    sc, ids = store.search(q, torch.arange(9, dtype=torch.int64) * 32, k=10)
     ref = torch.stack([(q[i * 32:(i + 1) * 32].double() @ vals.double().T).view(32, nd, ld).amax(2).sum(0)
                        for i in range(8)])
     rs, ri = torch.topk(ref, 10, dim=1)
-    got = torch.gather(ref, 1, ids.cpu())
+    gap = float((rs - torch.gather(ref, 1, ids.cpu())).abs().max())
     run.check(what="store.search top-10 vs float64 brute force", docs=nd, queries=8,
-              rel_err_scores=rel_err(sc.cpu(), rs), id_overlap=recall10(ids, ri),
-              max_true_score_gap=float((rs - got).abs().max()), passed=float((rs - got).abs().max()) < 0.05)
+              rel_err_scores=rel_err(sc.cpu(), rs), id_overlap=recall10(ids, ri), max_true_score_gap=gap,
+              passed=gap < 0.05)
 
 
 def section_copy(run: Run):
@@ -231,20 +200,20 @@ def section_copy(run: Run):
     host = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()  # 1 GiB
     host.fill_(7)
     gpu = torch.empty_like(host, device=dev)
-    sec, _ = timed(lambda: gpu.copy_(host, non_blocking=True), dev, repeats=5)
+    sec, _ = run.time_all(lambda: gpu.copy_(host, non_blocking=True), repeats=5)
     run.row(corpus="-", impl="host-to-device copy, pinned, 1 GiB", gb_per_s=(1 << 30) / sec / 1e9)
 
 
 def section_corpus(run: Run, name, nd, ld, tpd, cseed, qseed, nq, nbits_list, quick):
     dev = run.device
-    cents, topics, values = make_corpus(nd, ld, 128, tpd, dev, n_topics=512 if quick else 8192, seed=cseed)
-    target, q = make_queries(cents, topics, nq, 32, seed=qseed)
+    # peers_gpu.py's generator: the same draws in the same order, so the same corpus per seed and device
+    cents, topics, docs = h.clustered_corpus(nd, ld, 128, tpd, device=dev, n_topics=512 if quick else 8192, seed=cseed)
+    values = docs.reshape(-1, 128)  # [nd * ld, d] bf16
+    target, q = h.clustered_queries(cents, topics, nq, 32, seed=qseed)
     del cents, topics
     qv = q.reshape(-1, 128)
     qo = torch.arange(nq + 1, dtype=torch.int64) * 32
-    n_one = min(16, nq)
-    exact = None
-    lik = None
+    n_one, exact, lik = min(16, nq), None, None
     try:
         import late_interaction_kernels as lik
     except ImportError as exc:
@@ -255,37 +224,34 @@ def section_corpus(run: Run, name, nd, ld, tpd, cseed, qseed, nq, nbits_list, qu
         def lik_search(qq):
             return lik.retrieve(qq, D, top_k=10, chunk=8192, normalize=False)
 
-        sec, (_, exact) = timed(lambda: lik_search(q), dev)
-        one = one_query_ms(lambda i: lik_search(q[i:i + 1]), n_one, dev)
-        run.row(corpus=name, impl="exact brute force (late-interaction-kernels 0.4.5 retrieve)", qps=nq / sec,
-                ms_one_query=one, recall10=1.0, hit1=float((exact[:, 0] == target).float().mean()))
+        exact = run.timed_row(name, "exact brute force (late-interaction-kernels 0.4.5 retrieve)",
+                              lambda: lik_search(q), lambda i: lik_search(q[i:i + 1]), n_one, None, target)
     store = PackedStore(128, torch.bfloat16, dev)
     store.add((values, torch.arange(nd + 1, dtype=torch.int64, device=dev) * ld))
-    t = time.perf_counter()
-    store.warmup(query_lengths=(32,), n_queries=(1, nq), candidates_per_query=64)
-    warm_s = time.perf_counter() - t
-    sec, (_, ours_exact) = timed(lambda: store.search(qv, qo, k=10, assume_finite=True), dev)
-    one = one_query_ms(lambda i: store.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, assume_finite=True), n_one, dev)
-    if exact is None:
-        exact = ours_exact
-    run.row(corpus=name, impl="exact brute force (ours: PackedStore.search, Triton)", qps=nq / sec, ms_one_query=one,
-            recall10=recall10(ours_exact, exact), hit1=float((ours_exact[:, 0].cpu() == target.cpu()).float().mean()),
-            warmup_s=warm_s)
+    _, warm_s = h.timed(store.warmup, query_lengths=(32,), n_queries=(1, nq), candidates_per_query=64)
+    ours = run.timed_row(name, "exact brute force (ours: PackedStore.search, Triton)",
+                         lambda: store.search(qv, qo, k=10, assume_finite=True),
+                         lambda i: store.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, assume_finite=True), n_one,
+                         exact, target, warmup_s=warm_s)
+    exact = ours if exact is None else exact
     for nbits in nbits_list:
         run.guard(f"{name} prefilter nbits {nbits}", prefilter_rows, run, name, values, nd, ld, qv, qo, nq, n_one,
                   nbits, store, exact, target)
     run.guard(f"{name} fast-plaid", fast_plaid_rows, run, name, values, nd, ld, q, n_one, exact, target)
     if run.colsearch:
         run.guard(f"{name} colsearch", colsearch_rows, run, name, values, nd, ld, q, n_one, exact, target)
-    del store, values
 
 
 def prefilter_rows(run, name, values, nd, ld, qv, qo, nq, n_one, nbits, store, exact, target):
+    """Our prefilter at `nbits`: the exact stage on the codes and on the store (and, at 2 bits,
+    PLAID's k <= 100 settings); all queries in one call (also with query blocks of 128), one
+    query dense and sparse (their ids compared), the stages' seconds and counts."""
+    from colgraph_engine.prefilter import search as _s
     dev = run.device
     offsets = torch.arange(nd + 1, device=dev, dtype=torch.int64) * ld
     t = time.perf_counter()
     idx = PrefilterIndex.build(values, offsets, nbits=nbits, device=dev)
-    sync(dev)
+    run.sync()
     build_s = time.perf_counter() - t
     bpt = idx.bytes_per_token()
     variants = [("codes", {}), ("store", {"store": store})]
@@ -293,62 +259,53 @@ def prefilter_rows(run, name, values, nd, ld, qv, qo, nq, n_one, nbits, store, e
         variants.append(("codes", {"ncells": 2, "centroid_score_threshold": 0.45, "ndocs": 1024}))
     for where, extra in variants:
         extra = dict(extra, assume_finite=True)
-        sec, res = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)
-        stage = dict(res.stats["seconds"])
-        from colgraph_engine.prefilter import search as _s
+
+        def one(i, dense):
+            return idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=dense, **extra)
+
+        sec, res = run.time_all(lambda: idx.search(qv, qo, k=10, **extra))
         block, _s.QUERY_BLOCK_GPU = _s.QUERY_BLOCK_GPU, 128  # a larger block, same run
         try:
-            sec32, _ = timed(lambda: idx.search(qv, qo, k=10, **extra), dev)
+            sec128, _ = run.time_all(lambda: idx.search(qv, qo, k=10, **extra))
         finally:
             _s.QUERY_BLOCK_GPU = block
-        one = one_query_ms(lambda i: idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=True, **extra),
-                           n_one, dev)
-        one_sparse = one_query_ms(lambda i: idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=False, **extra),
-                                  n_one, dev)
-        r1 = idx.search(qv[:32], qo[:2], k=10, dense=True, **extra)
-        same = [torch.equal(idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=True, **extra).ids,
-                            idx.search(qv[32 * i:32 * (i + 1)], qo[:2], k=10, dense=False, **extra).ids)
-                for i in range(n_one)]
+        ms_dense = run.one_query_ms(lambda i: one(i, True), n_one)
+        ms_sparse = run.one_query_ms(lambda i: one(i, False), n_one)
+        r1 = one(0, True)
+        same = [torch.equal(one(i, True).ids, one(i, False).ids) for i in range(n_one)]
         knobs = "" if "ndocs" not in extra else ", ncells 2, threshold 0.45, ndocs 1024"
-        run.row(corpus=name, impl=f"prefilter nbits {nbits}{knobs}, exact stage on the {where} ({res.stats['backend']})",
-                ms_one_query_dense=one, one_query_dense=bool(r1.stats.get("dense")), qps_block128=nq / sec32,
-                dense_ids_equal_sparse=f"{sum(same)}/{len(same)}",
-                qps=nq / sec, ms_one_query=one_sparse, recall10=recall10(res.ids, exact),
-                hit1=float((res.ids[:, 0].cpu() == target.cpu()).float().mean()), build_s=build_s,
-                bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
-                centroids=idx.snapshot().n_centroids, stage_s=stage,
+        st = res.stats
+        run.row(corpus=name, impl=f"prefilter nbits {nbits}{knobs}, exact stage on the {where} ({st['backend']})",
+                ms_one_query_dense=ms_dense, one_query_dense=bool(r1.stats.get("dense")), qps_block128=nq / sec128,
+                dense_ids_equal_sparse=f"{sum(same)}/{len(same)}", qps=nq / sec, ms_one_query=ms_sparse,
+                recall10=recall10(res.ids, exact), hit1=float((res.ids[:, 0].cpu() == target.cpu()).float().mean()),
+                build_s=build_s, bytes_per_token=bpt["codes_and_residuals"], index_bytes_per_token=bpt["total"],
+                centroids=idx.snapshot().n_centroids, stage_s=dict(st["seconds"]),
                 one_query_stage_ms={k: v * 1e3 for k, v in r1.stats["seconds"].items()},
-                one_query_stage_ms_sparse={k: v * 1e3 for k, v in idx.search(
-                    qv[:32], qo[:2], k=10, dense=False, **extra).stats["seconds"].items()},
-                mean_candidates=statistics.mean(res.stats["candidates"]),
-                mean_shortlist=statistics.mean(res.stats["shortlist"]),
-                mean_scored_exactly=statistics.mean(res.stats["scored_exactly"]))
+                one_query_stage_ms_sparse={k: v * 1e3 for k, v in one(0, False).stats["seconds"].items()},
+                mean_candidates=statistics.mean(st["candidates"]), mean_shortlist=statistics.mean(st["shortlist"]),
+                mean_scored_exactly=statistics.mean(st["scored_exactly"]))
 
 
 def fast_plaid_rows(run, name, values, nd, ld, q, n_one, exact, target):
-    dev = run.device
     try:
         from fast_plaid import search as fps
     except ImportError as exc:
         run.row(corpus=name, impl="fast-plaid", skipped=f"not importable: {exc}")
         return
-    tmp = tempfile.mkdtemp()
     t = time.perf_counter()
-    fp = fps.FastPlaid(index=tmp, device=str(dev))
+    fp = fps.FastPlaid(index=tempfile.mkdtemp(), device=str(run.device))
     fp.create(documents_embeddings=[values[i * ld:(i + 1) * ld].float() for i in range(nd)], nbits=4)
-    sync(dev)
+    run.sync()
     build_s = time.perf_counter() - t
     qf = q.float()
 
     def go(qq):
         return fp.search(queries_embeddings=qq, top_k=10, n_ivf_probe=8, n_full_scores=4096, show_progress=False)
 
-    sec, res = timed(lambda: go(qf), dev, repeats=1)
-    one = one_query_ms(lambda i: go(qf[i:i + 1]), n_one, dev)
-    got = torch.tensor([[p for p, _ in r][:10] + [-1] * (10 - len(r)) for r in res])
-    run.row(corpus=name, impl="fast-plaid 1.7 nbits 4 (n_ivf_probe 8, n_full_scores 4096)", qps=q.shape[0] / sec,
-            ms_one_query=one, recall10=recall10(got, exact), build_s=build_s,
-            hit1=float((got[:, 0] == target.cpu()).float().mean()))
+    run.timed_row(name, "fast-plaid 1.7 nbits 4 (n_ivf_probe 8, n_full_scores 4096)", lambda: go(qf),
+                  lambda i: go(qf[i:i + 1]), n_one, exact, target, repeats=1, build_s=build_s,
+                  ids=lambda res: torch.tensor([[p for p, _ in r][:10] + [-1] * (10 - len(r)) for r in res]))
 
 
 def colsearch_rows(run, name, values, nd, ld, q, n_one, exact, target):
@@ -358,82 +315,82 @@ def colsearch_rows(run, name, values, nd, ld, q, n_one, exact, target):
     colsearch 0.1.7, safetensors 0.8.0, latence_shard_engine 0.1.6 and threadpoolctl 3.8.0 (2.5 MB;
     faiss, h5py, bm25s are not needed by this lane) and unpack them into DIR with
     ``pip install --no-index --no-deps --target DIR``."""
-    sys.path.insert(0, str(HERE))
     import _colsearch
     mod, version, why = _colsearch.load(run.colsearch)
     if mod is None:
         run.row(corpus=name, impl="colsearch", skipped=f"not importable: {why}")
         return
     dev = run.device
-    t = time.perf_counter()
-    h = _colsearch.build(values, torch.arange(nd + 1, dtype=torch.int64) * ld, str(dev), tempfile.mkdtemp(), lane="fp16")
-    build_s = time.perf_counter() - t
-    sec, got = timed(lambda: _colsearch.search(h, q, 10), dev, repeats=1)
-    one = one_query_ms(lambda i: _colsearch.search(h, q[i:i + 1], 10), n_one, dev)
-    run.row(corpus=name, impl=f"colsearch {version} fp16 ({'GPU' if dev.type == 'cuda' else 'CPU'} lane, n_shards 32)", qps=q.shape[0] / sec,
-            ms_one_query=one, recall10=recall10(got, exact), build_s=build_s,
-            hit1=float((got[:, 0] == target.cpu()).float().mean()))
-    _colsearch.close(h)
+    hd, build_s = h.timed(_colsearch.build, values, torch.arange(nd + 1, dtype=torch.int64) * ld, str(dev),
+                          tempfile.mkdtemp(), lane="fp16")
+    run.timed_row(name, f"colsearch {version} fp16 ({'GPU' if dev.type == 'cuda' else 'CPU'} lane, n_shards 32)",
+                  lambda: _colsearch.search(hd, q, 10), lambda i: _colsearch.search(hd, q[i:i + 1], 10), n_one,
+                  exact, target, repeats=1, build_s=build_s, ids=lambda got: got)
+    _colsearch.close(hd)
 
 
-def write_md(run: Run, quick: bool):
-    dev = run.device
-    head = torch.cuda.get_device_name(0) if dev.type == "cuda" else "the CPU (--quick check of the code path)"
-    lines = [f"# Prefilter on {head} ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             f"torch {torch.__version__}; `python benchmarks/gpu_prefilter.py{' --quick' if quick else ''}`. "
-             "256 queries of 32 tokens (16 with --quick), d = 128, bf16 vectors, k = 10 at PLAID's defaults "
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+def _ms_list(d: dict, keys) -> str:
+    return "/".join(f"{d.get(k, 0):.2f}" for k in keys)
+
+
+def report_body(run: Run) -> list[str]:
+    """The checks, the recall and throughput table (ratios to our exact brute force and to
+    fast-plaid, same corpus, same run), the copy rate, the stage table and the notes."""
+    exact_qps = {r["corpus"]: r["qps"] for r in run.rows if r["impl"].startswith("exact brute force (ours")}
+    fp_qps = {r["corpus"]: r["qps"] for r in run.rows if r["impl"].startswith("fast-plaid") and "qps" in r}
+
+    def over(qps: dict):
+        return lambda r: f"{r['qps'] / qps[r['corpus']]:.2f}" if "qps" in r and r["corpus"] in qps else "-"
+
+    def timed(fn):  # a skipped row leaves its cell empty
+        return lambda r: "" if "skipped" in r else fn(r)
+
+    checks = [("check", "what"),
+              ("detail", lambda c: ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}"
+                                             for k, v in c.items() if k not in ("what", "passed"))),
+              ("result", lambda c: "pass" if c["passed"] else "FAIL")]
+    rows = [r for r in run.rows if "gb_per_s" not in r]
+    recall = [("corpus", "corpus"), ("impl", "impl"),
+              ("recall@10", lambda r: r["skipped"] if "skipped" in r else f"{r['recall10']:.3f}"),
+              ("hit@1", timed(lambda r: f"{r.get('hit1', float('nan')):.3f}")),
+              ("QPS", timed(lambda r: f"{r['qps']:.1f}")),
+              ("x exact", timed(over(exact_qps))), ("x fast-plaid", timed(over(fp_qps))),
+              ("1-query ms", timed(lambda r: f"{r['ms_one_query']:.2f}")),
+              ("bytes/token", lambda r: str(r.get("bytes_per_token", "")) if "build_s" in r else ""),
+              ("build s", lambda r: f"{r['build_s']:.1f}" if "build_s" in r else "")]
+    lines = ["256 queries of 32 tokens (16 with --quick), d = 128, bf16 vectors, k = 10 at PLAID's defaults "
              "(ncells 1, threshold 0.5, ndocs 256). QPS: one call with all queries (median of 3); 1-query ms: "
              "median of 16 different queries, each synchronised. `x exact`: QPS over our exact brute force's; "
              "`x fast-plaid`: over fast-plaid's, same corpus, same run.", "", "## Correctness checks", "",
-             "| check | detail | result |", "|---|---|---|"]
-    for c in run.checks:
-        detail = ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}" for k, v in c.items()
-                           if k not in ("what", "passed"))
-        lines.append(f"| {c['what']} | {detail} | {'pass' if c['passed'] else 'FAIL'} |")
-    lines += ["", "## Recall and throughput", "",
-              "| corpus | impl | recall@10 | hit@1 | QPS | x exact | x fast-plaid | 1-query ms | bytes/token | build s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    exact_qps = {r["corpus"]: r["qps"] for r in run.rows if r["impl"].startswith("exact brute force (ours")}
-    fp_qps = {r["corpus"]: r["qps"] for r in run.rows if r["impl"].startswith("fast-plaid") and "qps" in r}
-    for r in run.rows:
-        if "gb_per_s" in r:
-            continue
-        if "skipped" in r:
-            lines.append(f"| {r['corpus']} | {r['impl']} | {r['skipped']} ||||||||")
-            continue
-        ex = exact_qps.get(r["corpus"])
-        fp = fp_qps.get(r["corpus"])
-        lines.append(f"| {r['corpus']} | {r['impl']} | {r['recall10']:.3f} | {r.get('hit1', float('nan')):.3f} | "
-                     f"{r['qps']:.1f} | " + (f"{r['qps'] / ex:.2f} | " if ex else "- | "))
-        lines[-1] += (f"{r['qps'] / fp:.2f} | " if fp else "- | ") + (
-            f"{r['ms_one_query']:.2f} | {r.get('bytes_per_token', '')} | "
-            f"{r['build_s']:.1f} |" if "build_s" in r else f"{r['ms_one_query']:.2f} | | |")
+             *h.table(checks, run.checks), "", "## Recall and throughput", "", *h.table(recall, rows)]
     for r in run.rows:
         if "gb_per_s" in r:
             lines += ["", f"Host-to-device copy from pinned memory: {r['gb_per_s']:.1f} GB/s."]
-    stages = [r for r in run.rows if "stage_s" in r]
-    if stages:
-        lines += ["", "## Stage seconds (all queries, one call) and one query (ms)", "",
-                  "| corpus | impl | centroids | candidates | pruned | full | exact | 1 query sparse: c/cand/pruned/full/exact ms "
-                  "| 1 query dense: c/dense/exact ms | 1-query ms dense / sparse (median of 16) "
-                  "| candidates / shortlist / scored per query |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in stages:
-            s, o, od = r["stage_s"], r.get("one_query_stage_ms_sparse", r["one_query_stage_ms"]), \
-                r["one_query_stage_ms"] if "one_query_stage_ms_sparse" in r else {}
-            lines.append(f"| {r['corpus']} | {r['impl']} | " + " | ".join(f"{s[k]:.4f}" for k in
-                         ("centroids", "candidates", "pruned", "full", "exact")) + " | "
-                         + "/".join(f"{o.get(k, 0):.2f}" for k in ("centroids", "candidates", "pruned", "full", "exact"))
-                         + " | " + "/".join(f"{od.get(k, 0):.2f}" for k in ("centroids", "dense", "exact"))
-                         + f" | {r.get('ms_one_query_dense', float('nan')):.2f} / {r['ms_one_query']:.2f}"
-                         + f" | {r['mean_candidates']:.0f} / {r['mean_shortlist']:.0f} / {r['mean_scored_exactly']:.0f} |")
+    stage_rows = [r for r in run.rows if "stage_s" in r]
+    if stage_rows:
+        stages = [("corpus", "corpus"), ("impl", "impl"),
+                  *[(k, lambda r, k=k: f"{r['stage_s'][k]:.4f}") for k in STAGES],
+                  ("1 query sparse: c/cand/pruned/full/exact ms",
+                   lambda r: _ms_list(r["one_query_stage_ms_sparse"], STAGES)),
+                  ("1 query dense: c/dense/exact ms",
+                   lambda r: _ms_list(r["one_query_stage_ms"], ("centroids", "dense", "exact"))),
+                  ("1-query ms dense / sparse (median of 16)",
+                   lambda r: f"{r['ms_one_query_dense']:.2f} / {r['ms_one_query']:.2f}"),
+                  ("candidates / shortlist / scored per query",
+                   lambda r: f"{r['mean_candidates']:.0f} / {r['mean_shortlist']:.0f} / "
+                             f"{r['mean_scored_exactly']:.0f}")]
+        lines += ["", "## Stage seconds (all queries, one call) and one query (ms)", "", *h.table(stages, stage_rows)]
     if run.notes:
         lines += ["", "## Notes", ""] + [f"* {n.splitlines()[0]}" for n in run.notes]
-    (run.out_dir / f"{run.stem}.md").write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = h.parser(__doc__, out=os.environ.get("OUT") or h.RESULTS)
     ap.add_argument("--nbits", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--queries", type=int, default=256)
     ap.add_argument("--only", choices=[c[0] for c in FULL + QUICK], default=None)
@@ -443,25 +400,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
-    out_dir = pathlib.Path(os.environ.get("OUT") or HERE / "results")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    run = Run(device, out_dir, "gpu_prefilter_quick" if args.quick else "gpu_prefilter",
-              float(os.environ.get("GPU_BUDGET_S", "480")))
-    run.colsearch = args.colsearch
+    run = Run(device, args)
     todo = args.sections.split(",")
     if "check" in todo:
         run.guard("check", section_check, run, args.quick)
     if "copy" in todo:
         run.guard("copy", section_copy, run)
     if "corpora" in todo:
-        nq = 16 if args.quick else args.queries
         for spec in (QUICK if args.quick else FULL):
-            if args.only and spec[0] != args.only:
-                continue
-            run.guard(spec[0], section_corpus, run, *spec, nq, args.nbits, args.quick)
-    run.save()
-    write_md(run, args.quick)
-    print((out_dir / f"{run.stem}.md").read_text())
+            if not args.only or spec[0] == args.only:
+                run.guard(spec[0], section_corpus, run, *spec, 16 if args.quick else args.queries, args.nbits,
+                          args.quick)
+    run.save(echo=True)
     return 0
 
 

@@ -83,7 +83,8 @@ def main(argv=None) -> int:
             "Python included, this machine's CPU.", "",
             *h.table([("call", "call"), ("torch ops", "torch_ops"), ("Triton launches", "triton_launches"),
                       ("host µs (median)", "host_us_median"), ("host µs (min)", "host_us_min")], rows.values())]
-    body += [line for n, r in rows.items() for line in ("", f"{n}: " + ", ".join(f"{k} {v}" for k, v in r["ops"].items()))]
+    for n, r in rows.items():  # each call's torch ops by name
+        body += ["", f"{n}: " + ", ".join(f"{k} {v}" for k, v in r["ops"].items())]
     h.write("launch_overhead", "Host cost of one store call (CPU, Triton launch replaced by a no-op)", body,
             {"rows": rows}, args.out)
     return 0
