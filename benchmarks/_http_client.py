@@ -69,31 +69,21 @@ class Connection:
         self.host, self.port = host, port
         self._sock = socket.create_connection((host, port))
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._buf = b""
-
-    def _read_until(self, marker: bytes) -> bytes:
-        while marker not in self._buf:
-            chunk = self._sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("the server closed the connection")
-            self._buf += chunk
-        at = self._buf.index(marker) + len(marker)
-        out, self._buf = self._buf[:at], self._buf[at:]
-        return out
-
-    def _read_exactly(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            chunk = self._sock.recv(max(1 << 16, n - len(self._buf)))
-            if not chunk:
-                raise ConnectionError("the server closed the connection")
-            self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
-        return out
+        self._file = self._sock.makefile("rb")  # buffered: the head line by line, then the body by length
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         self._sock.sendall(request_bytes(self.host, self.port, path, body))
-        status, length = parse_head(self._read_until(b"\r\n\r\n")[:-4])
-        return status, self._read_exactly(length)
+        head = []
+        while (line := self._file.readline()) != b"\r\n":
+            if not line:
+                raise ConnectionError("the server closed the connection")
+            head.append(line)
+        status, length = parse_head(b"".join(head)[:-2])
+        body = self._file.read(length)
+        if len(body) < length:
+            raise ConnectionError("the server closed the connection")
+        return status, body
 
     def close(self) -> None:
+        self._file.close()
         self._sock.close()

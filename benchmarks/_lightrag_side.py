@@ -1,31 +1,25 @@
 """The LightRAG side of ``lightrag_peer.py``: runs in LightRAG's own virtual environment.
 
-Only the standard library and numpy are imported at module level, so the driver (our
-``.venv``, which has no LightRAG) can import :func:`custom_kg_of` and :func:`vdb_items` to
-know which texts LightRAG will embed and precompute their vectors. LightRAG itself is imported
-inside :func:`make_rag`, in the worker processes.
+Only the standard library and numpy are imported at module level: the driver (our ``.venv``, no
+LightRAG) imports :func:`custom_kg_of` and :func:`vdb_items` to precompute the vectors of the
+texts LightRAG will embed, and :func:`serve_lines` and :func:`mem`, so both sides' workers speak
+and measure alike. ``python _lightrag_side.py ingest ...`` turns each batch of corpus documents
+(JSON lines: doc_id, segment texts, extraction records) into one ``custom_kg`` (chunks =
+segments, every item's ``file_path`` = its document id) for one ``insert_custom_kg`` call and
+prints the times and peak RSS; ``serve ...`` answers ``query`` and ``batch`` requests with
+``aquery_llm`` (the context string and the structured data it was built from).
 
-Two commands (``python _lightrag_side.py ingest|serve ...``):
-
-* ``ingest``: reads the corpus (JSON lines: doc_id, segment texts, extraction records), turns
-  each batch of documents into one ``custom_kg`` (chunks = segments, entities and relations
-  from the records, every item's ``file_path`` = its document id) and calls
-  ``insert_custom_kg`` once per batch; prints one JSON line with the times and peak RSS.
-* ``serve``: opens the working directory and answers JSON-line requests on stdin (``query``,
-  ``batch``, ``mem``, ``exit``), one at a time, with ``aquery_llm`` (what ``aquery`` calls:
-  it returns the context string and the structured data the context was built from).
-
-No LLM runs: the LLM function raises if called, the keywords are given in ``QueryParam``
-(which skips LightRAG's keyword-extraction call), ``only_need_context=True`` and
-``enable_rerank=False``. The embedding function looks vectors up by a 64-bit hash of the
-exact text LightRAG passes (``vectors.npy`` + sorted ``keys.npy``; a text with no vector
-raises). ``tiktoken`` would download its BPE file, so LightRAG gets :class:`WordTokenizer`
-(words and punctuation marks, each with its leading white space; lossless).
+No LLM runs: the LLM function raises, keywords are given in ``QueryParam`` (no keyword
+extraction), ``only_need_context=True``, ``enable_rerank=False``. The embedding function looks
+vectors up by a 64-bit hash of the exact text LightRAG passes (a text with no vector raises).
+``tiktoken`` would download its BPE file, so LightRAG gets :class:`WordTokenizer`.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
+import itertools
 import json
 import os
 import re
@@ -40,10 +34,11 @@ import numpy as np  # noqa: E402
 SEP = "<|#|>"
 _WORDS = re.compile(r"\w+|[^\w\s]")  # words and punctuation marks, as our count_tokens
 DIM = 128
+SECTIONS = (("entities", "entities"), ("relationships", "relations"), ("chunks", "chunks"))  # LightRAG's, ours
 
 
 # ------------------------------------------------------------------------------------------
-# What LightRAG gets and embeds (shared with the driver; no LightRAG import)
+# What LightRAG gets and embeds, and what both sides' workers share (no LightRAG import)
 # ------------------------------------------------------------------------------------------
 
 def text_key(text: str) -> int:
@@ -94,6 +89,43 @@ def query_texts(question: str, ll: list[str], hl: list[str]) -> list[str]:
     return [t for t in (question, ", ".join(ll), ", ".join(hl)) if t]
 
 
+def mem() -> dict:
+    """VmRSS (and its anonymous / file-backed parts) and VmHWM of this process, bytes."""
+    with open("/proc/self/status") as f:
+        kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if v.strip().endswith(" kB")}
+    return {"rss_bytes": kib.get("VmRSS", 0) * 1024, "rss_anon_bytes": kib.get("RssAnon", 0) * 1024,
+            "rss_file_bytes": kib.get("RssFile", 0) * 1024, "hwm_bytes": kib.get("VmHWM", 0) * 1024}
+
+
+def docs_of(by_section: dict[str, list[str]]) -> list[str]:
+    """The documents of a context, all sections together."""
+    return sorted(set().union(*by_section.values()))
+
+
+def _answer(resp: dict) -> None:
+    sys.stdout.write(json.dumps(resp, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def serve_lines(ready: dict, ops: dict) -> None:
+    """A worker's protocol: writes `ready` (with ``"ready": True`` and :func:`mem`), then answers
+    each JSON-line request on stdin, one at a time: ``ops[op](request)``, ``mem``, or ``exit``
+    (answered ``{"bye": True}``, then returns)."""
+    _answer({"ready": True, **ready, **mem()})
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req["op"]
+        if op == "exit":
+            break
+        if op == "mem":
+            _answer(mem())
+        elif op in ops:
+            _answer(ops[op](req))
+        else:
+            _answer({"error": f"unknown op {op!r}"})
+    _answer({"bye": True})
+
+
 # ------------------------------------------------------------------------------------------
 # LightRAG plumbing (worker processes only)
 # ------------------------------------------------------------------------------------------
@@ -110,23 +142,16 @@ class WordTokenizer:
         self._lock = threading.Lock()
 
     def encode(self, content: str, **_) -> list[int]:
-        ids = self._ids
-        out = []
-        for p in self._PIECE.findall(content):
-            i = ids.get(p)
-            if i is None:
-                with self._lock:
-                    i = ids.get(p)
-                    if i is None:
-                        i = len(self._pieces)
-                        self._pieces.append(p)
-                        ids[p] = i
-            out.append(i)
-        return out
+        pieces = self._PIECE.findall(content)
+        with self._lock:  # a new piece's id and its entry in _pieces are made together
+            for p in pieces:
+                if p not in self._ids:
+                    self._ids[p] = len(self._pieces)
+                    self._pieces.append(p)
+            return [self._ids[p] for p in pieces]
 
     def decode(self, tokens: list[int]) -> str:
-        pieces = self._pieces
-        return "".join(pieces[i] for i in tokens)
+        return "".join(self._pieces[i] for i in tokens)
 
     def __deepcopy__(self, memo):
         return self
@@ -143,8 +168,7 @@ class VectorLookup:
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         k = np.fromiter((text_key(t) for t in texts), np.uint64, len(texts))
-        pos = np.searchsorted(self.keys, k)
-        pos = np.minimum(pos, len(self.keys) - 1)
+        pos = np.minimum(np.searchsorted(self.keys, k), len(self.keys) - 1)
         bad = np.flatnonzero(self.keys[pos] != k)
         if bad.size:
             raise KeyError(f"no precomputed vector for {len(bad)} of {len(texts)} texts, e.g. {texts[bad[0]]!r}")
@@ -152,16 +176,18 @@ class VectorLookup:
         return np.ascontiguousarray(self.vectors[pos], dtype=np.float32)
 
 
-def make_rag(workdir: str, lookup: VectorLookup):
-    """A LightRAG 1.5.7 instance with its default storages (JSON KV, NanoVectorDB, NetworkX,
-    JSON doc status), our lookup as the embedding function, a raising LLM and the word
-    tokenizer."""
+def make_rag(args):
+    """``(LightRAG 1.5.7 instance, its vector lookup, an event loop)``, storages initialised: its
+    default storages (JSON KV, NanoVectorDB, NetworkX, JSON doc status), the lookup as the
+    embedding function, a raising LLM and the word tokenizer."""
+    import asyncio
     import logging
 
     from lightrag import LightRAG
     from lightrag.utils import EmbeddingFunc, Tokenizer, logger
 
     logger.setLevel(logging.WARNING)  # its INFO lines per query would be written to our stderr
+    lookup = VectorLookup(args.vectors, args.keys)
 
     async def embed(texts, **_):
         return lookup(list(texts))
@@ -169,171 +195,103 @@ def make_rag(workdir: str, lookup: VectorLookup):
     async def no_llm(*_, **__):
         raise RuntimeError("no LLM in this benchmark: keywords are given and only the context is asked for")
 
-    return LightRAG(working_dir=workdir, embedding_func=EmbeddingFunc(embedding_dim=DIM, func=embed),
-                    llm_model_func=no_llm, tokenizer=Tokenizer("words", WordTokenizer()))
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    rag = LightRAG(working_dir=args.workdir, embedding_func=EmbeddingFunc(embedding_dim=DIM, func=embed),
+                   llm_model_func=no_llm, tokenizer=Tokenizer("words", WordTokenizer()))
+    loop.run_until_complete(rag.initialize_storages())
+    return rag, lookup, loop
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def mem() -> dict:
-    """VmRSS (and its anonymous / file-backed parts) and VmHWM of this process, bytes."""
-    return {"rss_bytes": _status("VmRSS"), "rss_anon_bytes": _status("RssAnon"),
-            "rss_file_bytes": _status("RssFile"), "hwm_bytes": _status("VmHWM")}
+def _timed(fn, *args):
+    """``(fn(*args), seconds it took)`` (our harness's ``timed``; this file cannot import it)."""
+    t0 = time.perf_counter()
+    value = fn(*args)
+    return value, time.perf_counter() - t0
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("lightrag-hku")
-    except Exception:  # noqa: BLE001 - informational
-        return "?"
+    from importlib.metadata import version
+    return version("lightrag-hku")
 
 
 # ------------------------------------------------------------------------------------------
 # Commands
 # ------------------------------------------------------------------------------------------
 
-def _batches(path: str, size: int):
-    with open(path) as f:
-        batch = []
-        for line in f:
-            batch.append(line)
-            if len(batch) == size:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
-
-
 def ingest(args) -> dict:
     """Times ``insert_custom_kg`` per batch (forming the custom_kg from the records included;
     reading the corpus file excluded, as generating the documents is on our side)."""
-    import asyncio
-
-    from lightrag import LightRAG  # noqa: F401 - imported before the clock starts (as our side imports first)
-
-    lookup = VectorLookup(args.vectors, args.keys)
+    importlib.import_module("lightrag")  # before the clock starts (as our side imports first)
     rss_imported = mem()["rss_bytes"]
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    t0 = time.perf_counter()
-    rag = make_rag(args.workdir, lookup)
-    loop.run_until_complete(rag.initialize_storages())
-    init_s = time.perf_counter() - t0
+    (rag, lookup, loop), init_s = _timed(make_rag, args)
     batches, read_s, n = [], 0.0, 0
-    for lines in _batches(args.corpus, args.batch):
-        t = time.perf_counter()
-        docs = [json.loads(line) for line in lines]
-        read_s += time.perf_counter() - t
-        t = time.perf_counter()
-        loop.run_until_complete(rag.ainsert_custom_kg(custom_kg_of(docs)))
-        batches.append(time.perf_counter() - t)
-        n += len(docs)
-        print(json.dumps({"progress": n}), flush=True)
-    t = time.perf_counter()
-    loop.run_until_complete(rag.finalize_storages())
-    finalize_s = time.perf_counter() - t
+    with open(args.corpus) as f:
+        for lines in iter(lambda: list(itertools.islice(f, args.batch)), []):
+            docs, seconds = _timed(lambda: [json.loads(line) for line in lines])
+            read_s += seconds
+            batches.append(_timed(lambda: loop.run_until_complete(rag.ainsert_custom_kg(custom_kg_of(docs))))[1])
+            n += len(docs)
+            print(json.dumps({"progress": n}), flush=True)
+    finalize_s = _timed(loop.run_until_complete, rag.finalize_storages())[1]
     return {"documents": n, "batch": args.batch, "init_s": init_s, "batches_s": batches,
             "finalize_s": finalize_s, "ingest_s": init_s + sum(batches) + finalize_s, "read_corpus_s": read_s,
             "vectors_looked_up": lookup.lookups, "rss_after_import_bytes": rss_imported, **mem(),
             "lightrag": _version(), "numpy": np.__version__}
 
 
+def _docs_by_section(raw: dict) -> dict[str, list[str]]:
+    """Our section name -> the documents (``file_path``) of that section of LightRAG's context data."""
+    data = raw.get("data") or {}
+    out = {}
+    for theirs, ours in SECTIONS:
+        paths = (str(row.get("file_path", "")) for row in data.get(theirs) or [])
+        out[ours] = sorted({p for path in paths for p in path.split("<SEP>") if p})
+    return out
+
+
 def serve(args) -> None:
     import asyncio
 
-    from lightrag import QueryParam
-
-    from lightrag import LightRAG  # noqa: F401 - what make_rag imports
+    from lightrag import QueryParam  # and with it what make_rag imports
 
     t_imported = time.perf_counter()
     rss_imported = mem()["rss_bytes"]
-    lookup = VectorLookup(args.vectors, args.keys)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    rag = make_rag(args.workdir, lookup)
-    loop.run_until_complete(rag.initialize_storages())
+    rag, _, loop = make_rag(args)
     t_open = time.perf_counter()
 
-    def param(mode, ll, hl):
-        return QueryParam(mode=mode, only_need_context=True, hl_keywords=list(hl), ll_keywords=list(ll),
-                          top_k=args.top_k, chunk_top_k=args.top_k, enable_rerank=False)
-
-    def docs_by_section(raw: dict) -> dict[str, list[str]]:
-        data = raw.get("data") or {}
-        out = {}
-        for section, name in (("entities", "entities"), ("relationships", "relations"), ("chunks", "chunks")):
-            docs = set()
-            for row in data.get(section) or []:
-                docs.update(p for p in str(row.get("file_path", "")).split("<SEP>") if p)
-            out[name] = sorted(docs)
-        return out
-
-    def docs_of(raw: dict) -> list[str]:
-        return sorted(set().union(*docs_by_section(raw).values()))
-
-    def counts_of(raw: dict) -> dict:
-        data = raw.get("data") or {}
-        return {s: len(data.get(s) or []) for s in ("entities", "relationships", "chunks")}
-
     async def one(r):
-        return await rag.aquery_llm(r["q"], param(r["mode"], r["ll"], r["hl"]))
+        return await rag.aquery_llm(r["q"], QueryParam(
+            mode=r["mode"], only_need_context=True, hl_keywords=list(r["hl"]), ll_keywords=list(r["ll"]),
+            top_k=args.top_k, chunk_top_k=args.top_k, enable_rerank=False))
 
-    out = sys.stdout
-    out.write(json.dumps({"ready": True, "import_s": t_imported - T_SCRIPT, "open_s": t_open - t_imported,
-                          "script_to_ready_s": t_open - T_SCRIPT, "rss_after_import_bytes": rss_imported,
-                          "lightrag": _version(), **mem()}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req["op"]
-        if op == "query":
-            t = time.perf_counter()
-            raw = loop.run_until_complete(one(req))
-            ms = 1e3 * (time.perf_counter() - t)
-            ctx = (raw.get("llm_response") or {}).get("content") or ""
-            resp = {"ms": ms, "docs": docs_of(raw), "docs_by": docs_by_section(raw), "counts": counts_of(raw),
-                    "status": raw.get("status"),
-                    "context_words": len(_WORDS.findall(ctx))}
-        elif op == "batch":
-            reqs = req["queries"]
-            t = time.perf_counter()
-            raws = loop.run_until_complete(asyncio.gather(*[one(r) for r in reqs]))
-            ms = 1e3 * (time.perf_counter() - t)
-            resp = {"ms": ms, "n": len(reqs), "docs": [docs_of(r) for r in raws]}
-        elif op == "mem":
-            resp = mem()
-        elif op == "exit":
-            loop.run_until_complete(rag.finalize_storages())
-            out.write(json.dumps({"bye": True}) + "\n")
-            out.flush()
-            return
-        else:
-            resp = {"error": f"unknown op {op!r}"}
-        out.write(json.dumps(resp) + "\n")
-        out.flush()
+    def query(req) -> dict:
+        raw, seconds = _timed(loop.run_until_complete, one(req))
+        by = _docs_by_section(raw)
+        ctx = (raw.get("llm_response") or {}).get("content") or ""
+        return {"ms": 1e3 * seconds, "docs": docs_of(by), "docs_by": by, "status": raw.get("status"),
+                "context_words": len(_WORDS.findall(ctx))}
+
+    def batch(req) -> dict:
+        raws, seconds = _timed(loop.run_until_complete, asyncio.gather(*[one(r) for r in req["queries"]]))
+        return {"ms": 1e3 * seconds, "n": len(raws), "docs": [docs_of(_docs_by_section(r)) for r in raws]}
+
+    serve_lines({"import_s": t_imported - T_SCRIPT, "open_s": t_open - t_imported,
+                 "script_to_ready_s": t_open - T_SCRIPT, "rss_after_import_bytes": rss_imported,
+                 "lightrag": _version()}, {"query": query, "batch": batch})
+    loop.run_until_complete(rag.finalize_storages())
 
 
 def main(argv=None) -> int:
+    common = argparse.ArgumentParser(add_help=False)
+    for flag in ("--workdir", "--vectors", "--keys"):
+        common.add_argument(flag, required=True)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("ingest")
-    a.add_argument("--workdir", required=True)
+    a = sub.add_parser("ingest", parents=[common])
     a.add_argument("--corpus", required=True)
-    a.add_argument("--vectors", required=True)
-    a.add_argument("--keys", required=True)
     a.add_argument("--batch", type=int, default=1000)
-    s = sub.add_parser("serve")
-    s.add_argument("--workdir", required=True)
-    s.add_argument("--vectors", required=True)
-    s.add_argument("--keys", required=True)
-    s.add_argument("--top-k", type=int, default=10)
+    sub.add_parser("serve", parents=[common]).add_argument("--top-k", type=int, default=10)
     args = p.parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     if args.cmd == "ingest":

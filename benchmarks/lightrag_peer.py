@@ -1,15 +1,10 @@
 """LightRAG side by side: our pipeline and LightRAG 1.5.7 on one corpus, one set of vectors.
 
-Usage (from the repository root)::
-
-    .venv/bin/python benchmarks/lightrag_peer.py                     # 1k and 10k documents
-    .venv/bin/python benchmarks/lightrag_peer.py --docs 1000 10000 100000
-    .venv/bin/python benchmarks/lightrag_peer.py --quick             # 200 documents, 20 queries
-
-LightRAG runs in its own virtual environment, made on first use under
-``benchmarks/.cache/lightrag_peer/venv`` (git-ignored): ``python3 -m venv`` then
-``pip install lightrag-hku==1.5.7 numpy==2.4.6`` (no torch). Everything built (corpus, vectors,
-both indexes, logs) lies under ``benchmarks/.cache/lightrag_peer/``.
+``.venv/bin/python benchmarks/lightrag_peer.py [--quick] [--docs 1000 10000 100000]`` (default
+1k and 10k documents; ``--quick``: 200 documents, 20 queries). LightRAG runs in its own virtual
+environment, made on first use under ``benchmarks/.cache/lightrag_peer/venv`` (git-ignored):
+``python3 -m venv`` then ``pip install lightrag-hku==1.5.7 numpy==2.4.6`` (no torch). Everything
+built (corpus, vectors, both indexes, logs) lies under ``benchmarks/.cache/lightrag_peer/``.
 
 Corpus: ``pipeline_report.py``'s generator with images stripped (``n_images=0``): per document
 5 segments of 40-80 words, 10 entities (2 from a pool shared by about 20 documents each) and
@@ -17,38 +12,35 @@ Corpus: ``pipeline_report.py``'s generator with images stripped (``n_images=0``)
 for a relation of a random document, that document being the question's *source document*.
 
 Vectors: ``Encoders.offline(text_dim=128)``. Our index stores its token vectors in ``--dtype``
-(default float16, what ``colgraph index build`` makes; float32 before). Our index embeds as it always does (token vectors
+(default float16, what ``colgraph index build`` makes) and embeds as it always does (token vectors
 for segments, single vectors for entities and relations). LightRAG gets the *same single
-vectors*: its chunks, entities and relations are given the vectors our text encoder gives the
-same items (an entity: ``encoders.text("name: description")``, the text our index embeds for
-it; a chunk: ``encoders.text(segment)``), and a question the vector our pipeline uses for it.
-LightRAG's ``embedding_func`` looks them up by the exact text it passes (a text it forms
-otherwise fails the run). No LLM on either side (LightRAG: keywords given, its LLM a stub that
-raises, ``only_need_context=True``, ``enable_rerank=False``, ``top_k=chunk_top_k=10``).
+vectors*: those our text encoder gives the same items (an entity: ``encoders.text("name:
+description")``, the text our index embeds for it; a chunk: ``encoders.text(segment)``; a
+question: the vector our pipeline uses), looked up by its ``embedding_func`` by the exact text it
+passes (a text it forms otherwise fails the run). No LLM on either side (LightRAG: keywords
+given, its LLM a stub that raises, ``only_need_context=True``, ``enable_rerank=False``,
+``top_k=chunk_top_k=10``).
 
 Protocol: the driver generates corpus and vectors, then builds each index in a process of its
 own (peak RSS = that process's VmHWM; disk = the folder's bytes), then starts one long-lived
-worker per index (ours in ``.venv``, LightRAG in its venv) speaking JSON lines on stdin/stdout
-and calls them alternately, one call at a time, with the same questions (the order of the
-sides rotates from question to question); then batches of 64 (ours ``retrieve_batch``;
-LightRAG ``asyncio.gather`` of 64 ``aquery_llm``), again alternately. Latency is measured in
-the worker around the call (ours minus ``timings["encode"]``, the query encoding, as
-``pipeline_report.py`` does; LightRAG's query vectors are a lookup). Open time: from starting
-the process to its "ready" line, minus the time the same interpreter takes to start and exit
-(``python -c pass``); it includes importing the library. Source-document hit: the source
-document is among the documents of the returned context (ours: the ``document`` of every
-context entity, relation and source row; LightRAG: the ``file_path`` of every entity,
-relationship and chunk of the structured data its context string is built from, each item's
-``file_path`` being its document id).
+worker per index (ours in ``.venv``, LightRAG in its venv) speaking JSON lines and calls them
+alternately (``_harness.paired``: the order rotates from call to call), one query at a time, then
+batches of 64 (ours ``retrieve_batch``; LightRAG ``asyncio.gather`` of 64 ``aquery_llm``).
+Latency is measured in the worker around the call (ours minus ``timings["encode"]``, the query
+encoding, as ``pipeline_report.py`` does; LightRAG's query vectors are a lookup). Open time:
+from starting the process to its "ready" line, minus the time the same interpreter takes to
+start and exit (``python -c pass``); it includes importing the library. Source-document hit: the
+source document is among the documents of the returned context (ours: the ``document`` of every
+context entity, relation and source row; LightRAG: the ``file_path``, its document id, of every
+entity, relationship and chunk of the structured data its context string is built from).
 
 Sizes: ``--docs 1000 10000`` takes about 20 minutes on 2 shared cores, 8 of them building the
-prefilter of the 10k copy (k-means; ``--no-prefilter`` leaves those rows out). ``--docs 100000``
-is possible but long: our side is checked against memory first (peak RSS growth per document of
-the largest size measured in the run, or of a 1,000-document probe; "did not fit" is reported
-instead of running), LightRAG's ingest rewrites its JSON stores on every ``insert_custom_kg``
-call (its last call at 10k took about 17 s, growing with the stores: use ``--lightrag-batch
-10000``), and an ingest that passes ``--max-ingest-minutes`` (30) is stopped and reported as too
-slow.
+prefilter of the 10k copy (k-means; ``--no-prefilter`` leaves those rows out). At ``--docs
+100000`` our side is checked against memory first (peak RSS growth per document of the largest
+size measured in the run, or of a 1,000-document probe; "did not fit" is reported instead of
+running), LightRAG's ingest rewrites its JSON stores on every ``insert_custom_kg`` call (its last
+call at 10k took about 17 s: use ``--lightrag-batch 10000``), and an ingest that passes
+``--max-ingest-minutes`` (30) is stopped and reported as too slow.
 
 Writes ``results/lightrag_peer.md``, ``.json`` and ``.png``; ``--quick`` writes
 ``lightrag_peer_quick.*`` under ``benchmarks/.cache/lightrag_peer/results`` (not committed).
@@ -61,20 +53,24 @@ import time
 T_SCRIPT = time.perf_counter()  # the worker roles measure their open time from here
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
+import collections  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import pathlib  # noqa: E402
-import platform  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+import _harness as h  # noqa: E402
+import _lightrag_side as side  # noqa: E402
 
 CACHE = HERE / ".cache" / "lightrag_peer"
 LIGHTRAG_PINS = ("lightrag-hku==1.5.7", "numpy==2.4.6")
@@ -82,6 +78,7 @@ SIDE = HERE / "_lightrag_side.py"
 CORPUS_VERSION = 1
 TEXT_DIM = 128
 PROBE_DOCS = 1000  # a size measured first when no smaller one was (memory estimate for large sizes)
+TITLE = "LightRAG side by side: our pipeline vs LightRAG 1.5.7 (same corpus, same vectors, no LLM)"
 
 # LightRAG rows: (name, mode, keywords). "question": the whole question as both keyword lists
 # (no LLM to extract them); "names": what its keyword LLM would be expected to give, the two
@@ -98,37 +95,11 @@ HIT_REFERENCE = "lightrag-hybrid"
 
 
 # ------------------------------------------------------------------------------------------
-# Small helpers (every role)
-# ------------------------------------------------------------------------------------------
-
-def mem() -> dict:
-    """This process's RSS figures (``_lightrag_side.mem``: both sides measure alike)."""
-    import _lightrag_side as side
-    return side.mem()
-
-
-def available_memory() -> int:
-    return _pr().available_memory()
-
-
-def folder_bytes(path: pathlib.Path) -> dict:
-    """Apparent bytes (file sizes) and allocated bytes (blocks) of every file under `path`."""
-    size = blocks = files = 0
-    for dirpath, _, names in os.walk(path):
-        for n in names:
-            st = os.lstat(os.path.join(dirpath, n))
-            size += st.st_size
-            blocks += st.st_blocks * 512
-            files += 1
-    return {"bytes": size, "allocated_bytes": blocks, "files": files}
-
-
-# ------------------------------------------------------------------------------------------
 # Corpus, questions, vectors
 # ------------------------------------------------------------------------------------------
 
 def _pr():
-    import pipeline_report
+    import pipeline_report  # imported when used: our serving worker's open time leaves it out
     return pipeline_report
 
 
@@ -173,8 +144,6 @@ def prepare(n_docs: int, n_questions: int, seed: int, folder: pathlib.Path, enco
     import numpy as np
     from tqdm import tqdm
 
-    import _lightrag_side as side
-
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     qs = questions(n_questions, n_docs, seed)
@@ -182,24 +151,19 @@ def prepare(n_docs: int, n_questions: int, seed: int, folder: pathlib.Path, enco
     if [q["q"] for q in qs[:len(check)]] != check:
         raise AssertionError("questions() drifted from pipeline_report.make_questions")
     texts: dict[int, str] = {}   # key of the text LightRAG embeds -> the text our encoder embeds
-    mismatch = []
-    first = True
+    mismatch: list[str] = []
     with open(folder / "corpus.jsonl", "w") as f:
-        for doc in tqdm(documents(n_docs, seed), total=n_docs, desc=f"corpus {n_docs:,}", unit="doc",
-                        disable=not progress, leave=False):
+        for i, doc in enumerate(tqdm(documents(n_docs, seed), total=n_docs, desc=f"corpus {n_docs:,}", unit="doc",
+                                     disable=not progress, leave=False)):
             row = as_row(doc)
             f.write(json.dumps(row) + "\n")
             items = side.vdb_items(side.custom_kg_of([row]))
-            if first:  # our texts for these items are exactly those our index embeds
+            if i == 0:  # our texts for these items are exactly those our index embeds
                 mismatch = _check_our_texts(doc, [o for _, o in items])
-                first = False
-            for lr, ours in items:
-                texts[side.text_key(lr)] = ours
+            texts.update((side.text_key(lr), ours) for lr, ours in items)
     for q in qs:
         for kind in {k for _, _, k in LIGHTRAG_ROWS}:
-            ll, hl = keywords(q, kind)
-            for t in side.query_texts(q["q"], ll, hl):
-                texts[side.text_key(t)] = t
+            texts.update((side.text_key(t), t) for t in side.query_texts(q["q"], *keywords(q, kind)))
     keys = np.fromiter(sorted(texts), np.uint64, len(texts))
     vec = np.lib.format.open_memmap(folder / "lr_vectors.npy", mode="w+", dtype=np.float32,
                                     shape=(len(keys), TEXT_DIM))
@@ -216,13 +180,12 @@ def prepare(n_docs: int, n_questions: int, seed: int, folder: pathlib.Path, enco
 
 
 def _check_our_texts(doc, ours: list[str]) -> list[str]:
+    """[] when every text in `ours` is one our index embeds for `doc`; raises otherwise."""
     from colgraph_engine.kg import build_document_graph
     from colgraph_engine.kg.vectors import item_texts
 
     g = build_document_graph(doc)
-    have = set()
-    for store in ("segment", "entity", "relation"):
-        have |= set(item_texts(g, store)[1])
+    have = set().union(*(item_texts(g, store)[1] for store in ("segment", "entity", "relation")))
     missing = [t for t in ours if t not in have]
     if missing:
         raise AssertionError(f"{len(missing)} of LightRAG's items have no equal text in our index, e.g. {missing[0]!r}")
@@ -233,88 +196,71 @@ def _check_our_texts(doc, ours: list[str]) -> list[str]:
 # Our side: ingest, prefilter, serve (run as `lightrag_peer.py _ours-... ARGS` in .venv)
 # ------------------------------------------------------------------------------------------
 
-def _torch_threads(n: int) -> None:
+def role_args(argv: list[str]) -> argparse.Namespace:
+    """The options of our side's roles (each reads its own); torch's threads are set from them."""
     import torch
-    torch.set_num_threads(n)
+    p = argparse.ArgumentParser()
+    for flag, kind, default in (("--docs", int, 0), ("--seed", int, 0), ("--chunk", int, 1000),
+                                ("--torch-threads", int, 1), ("--dtype", str, "float32"), ("--config", str, "{}"),
+                                ("--out", pathlib.Path, None), ("--src", pathlib.Path, None),
+                                ("--index", pathlib.Path, None)):
+        p.add_argument(flag, type=kind, default=default)
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.torch_threads)
+    return a
 
 
-def ours_ingest(argv) -> dict:
+def ours_ingest(a) -> dict:
     """Builds our directory index of `--docs` documents, `--chunk` per ``add_documents`` call
     (each a commit). Timed: graphs (``build_document_graph``: record parsing, merges) and the
     commits; the offline encoders' time is reported apart (LightRAG's vectors are precomputed)."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--docs", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=pathlib.Path, required=True)
-    p.add_argument("--chunk", type=int, default=1000)
-    p.add_argument("--torch-threads", type=int, default=1)
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
-    a = p.parse_args(argv)
     import torch
 
     from colgraph_engine.kg import Encoders, KnowledgeIndex, build_document_graph, encode_document
-    _torch_threads(a.torch_threads)
     enc = Encoders.offline(text_dim=TEXT_DIM)
-    rss_imported = mem()["rss_bytes"]
-    t = time.perf_counter()
-    index = KnowledgeIndex.create(a.out, enc, overwrite=True, dtype=getattr(torch, a.dtype))
-    create_s = time.perf_counter() - t
-    graph_s = embed_s = commit_s = gen_s = 0.0
+    rss_imported = side.mem()["rss_bytes"]
+    index, create_s = h.timed(KnowledgeIndex.create, a.out, enc, overwrite=True, dtype=getattr(torch, a.dtype))
+    spent = dict.fromkeys(("generate_s", "graph_s", "embed_s", "commit_s"), 0.0)
     for lo in range(0, a.docs, a.chunk):
-        t = time.perf_counter()
-        docs = list(documents(a.docs, a.seed, lo, lo + a.chunk))
-        gen_s += time.perf_counter() - t
-        t = time.perf_counter()
-        graphs = [build_document_graph(d) for d in docs]
-        graph_s += time.perf_counter() - t
-        t = time.perf_counter()
-        vecs = [encode_document(g, enc) for g in graphs]
-        embed_s += time.perf_counter() - t
-        t = time.perf_counter()
-        index.add_documents(graphs, vecs)
-        commit_s += time.perf_counter() - t
-        del docs, graphs, vecs
+        docs, gen_s = h.timed(list, documents(a.docs, a.seed, lo, lo + a.chunk))
+        graphs, graph_s = h.timed(list, map(build_document_graph, docs))
+        vecs, embed_s = h.timed(list, (encode_document(g, enc) for g in graphs))
+        commit_s = h.timed(index.add_documents, graphs, vecs)[1]
+        for key, seconds in zip(spent, (gen_s, graph_s, embed_s, commit_s)):
+            spent[key] += seconds
+        del docs, graphs, vecs  # before the next chunk: the peak is one chunk's worth
         print(json.dumps({"progress": min(a.docs, lo + a.chunk)}), flush=True)
-    return {"documents": len(index), "chunk": a.chunk, "create_s": create_s, "graph_s": graph_s, "commit_s": commit_s,
-            "ingest_s": create_s + graph_s + commit_s, "embed_s": embed_s, "generate_s": gen_s,
-            "counts": dict(index.counts), "rss_after_import_bytes": rss_imported, **mem()}
+    return {"documents": len(index), "chunk": a.chunk, "create_s": create_s, **spent,
+            "ingest_s": create_s + spent["graph_s"] + spent["commit_s"], "counts": dict(index.counts),
+            "rss_after_import_bytes": rss_imported, **side.mem()}
 
 
-def ours_prefilter(argv) -> dict:
+def ours_prefilter(a) -> dict:
     """Copies our index to `--out` and makes it carry a prefilter (``enable_prefilter()`` with
     its defaults: the segment store, 2 bits), committed in the directory."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--src", type=pathlib.Path, required=True)
-    p.add_argument("--out", type=pathlib.Path, required=True)
-    p.add_argument("--torch-threads", type=int, default=1)
-    a = p.parse_args(argv)
     from colgraph_engine.kg import Encoders, KnowledgeIndex
-    _torch_threads(a.torch_threads)
-    if a.out.exists():
-        shutil.rmtree(a.out)
+    shutil.rmtree(a.out, ignore_errors=True)
     shutil.copytree(a.src, a.out)
-    rss_imported = mem()["rss_bytes"]
-    t = time.perf_counter()
-    index = KnowledgeIndex.open(a.out, Encoders.offline(text_dim=TEXT_DIM), verify=False)
-    open_s = time.perf_counter() - t
-    t = time.perf_counter()
-    events = index.enable_prefilter()
-    return {"open_s": open_s, "prefilter_s": time.perf_counter() - t, "events": events,
-            "info": index.prefilter_info(), "rss_after_import_bytes": rss_imported, **mem()}
+    rss_imported = side.mem()["rss_bytes"]
+    index, open_s = h.timed(KnowledgeIndex.open, a.out, Encoders.offline(text_dim=TEXT_DIM), verify=False)
+    events, prefilter_s = h.timed(index.enable_prefilter)
+    return {"open_s": open_s, "prefilter_s": prefilter_s, "events": events, "info": index.prefilter_info(),
+            "rss_after_import_bytes": rss_imported, **side.mem()}
 
 
-def ours_serve(argv) -> None:
-    """JSON-line worker over our index (ops: query, batch, mem, exit)."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--index", type=pathlib.Path, required=True)
-    p.add_argument("--config", default="{}", help="PipelineConfig changes, JSON")
-    p.add_argument("--torch-threads", type=int, default=1)
-    a = p.parse_args(argv)
+def _our_docs_by(r) -> dict[str, list[str]]:
+    """Section -> the documents of that section of our context."""
+    c = r.context
+    return {name: sorted({row["document"] for row in rows if row.get("document")})
+            for name, rows in (("entities", c.entities), ("relations", c.relations), ("chunks", c.sources))}
+
+
+def ours_serve(a) -> None:
+    """JSON-line worker over our index (``_lightrag_side.serve_lines``: query, batch, mem, exit)."""
     from colgraph_engine.kg import Encoders, KnowledgeIndex
     from colgraph_engine.pipeline import Pipeline, PipelineConfig, count_tokens
-    _torch_threads(a.torch_threads)
     t_imported = time.perf_counter()
-    rss_imported = mem()["rss_bytes"]
+    rss_imported = side.mem()["rss_bytes"]
     enc = Encoders.offline(text_dim=TEXT_DIM)
     config = PipelineConfig().replace(**json.loads(a.config))
     index = KnowledgeIndex.open(a.index, enc, verify=False)  # as the service opens it
@@ -322,49 +268,24 @@ def ours_serve(argv) -> None:
     pipe.view()  # assemble the merged graph and the query view now, not in the first query
     t_open = time.perf_counter()
 
-    def docs_by(r) -> dict[str, list[str]]:
-        c = r.context
-        return {name: sorted({row["document"] for row in rows if row.get("document")})
-                for name, rows in (("entities", c.entities), ("relations", c.relations), ("chunks", c.sources))}
+    def query(req) -> dict:
+        r, seconds = h.timed(pipe.retrieve, req["q"])
+        by = _our_docs_by(r)
+        return {"ms": 1e3 * (seconds - r.timings["encode"]), "docs": side.docs_of(by), "docs_by": by,
+                "recall_docs": [d for d, _ in r.documents], "paths": r.counts["recall"]["paths"],
+                "context_words": count_tokens(r.context.render())}
 
-    def docs_of(r) -> list[str]:
-        return sorted(set().union(*docs_by(r).values()))
-
-    out = sys.stdout
-    out.write(json.dumps({"ready": True, "import_s": t_imported - T_SCRIPT, "open_s": t_open - t_imported,
-                          "script_to_ready_s": t_open - T_SCRIPT, "rss_after_import_bytes": rss_imported,
-                          "config": config.as_dict(),
-                          "prefilter": index.prefilter_info() is not None, **mem()}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req["op"]
-        if op == "query":
-            t = time.perf_counter()
-            r = pipe.retrieve(req["q"])
-            ms = 1e3 * (time.perf_counter() - t - r.timings["encode"])
-            resp = {"ms": ms, "encode_ms": 1e3 * r.timings["encode"], "docs": docs_of(r), "docs_by": docs_by(r),
-                    "recall_docs": [d for d, _ in r.documents], "paths": r.counts["recall"]["paths"],
-                    "context_words": count_tokens(r.context.render()),
-                    "stages_ms": {k: 1e3 * v for k, v in r.timings.items()}}
-        elif op == "batch":
-            t = time.perf_counter()
-            rs = pipe.retrieve_batch(req["queries"])
-            ms = 1e3 * (time.perf_counter() - t - rs[0].timings["encode"])
-            resp = {"ms": ms, "n": len(rs), "docs": [docs_of(r) for r in rs]}
-        elif op == "mem":
-            resp = mem()
-        elif op == "exit":
-            out.write(json.dumps({"bye": True}) + "\n")
-            out.flush()
-            return
-        else:
-            resp = {"error": f"unknown op {op!r}"}
-        out.write(json.dumps(resp, default=str) + "\n")
-        out.flush()
+    def batch(req) -> dict:
+        rs, seconds = h.timed(pipe.retrieve_batch, req["queries"])
+        return {"ms": 1e3 * (seconds - rs[0].timings["encode"]), "n": len(rs),
+                "docs": [side.docs_of(_our_docs_by(r)) for r in rs]}
+    side.serve_lines({"import_s": t_imported - T_SCRIPT, "open_s": t_open - t_imported,
+                      "script_to_ready_s": t_open - T_SCRIPT, "rss_after_import_bytes": rss_imported,
+                      "config": config.as_dict(), "prefilter": index.prefilter_info() is not None},
+                     {"query": query, "batch": batch})
 
 
-ROLES = {"_ours-ingest": ours_ingest, "_ours-prefilter": ours_prefilter}
+ROLES = {"_ours-ingest": ours_ingest, "_ours-prefilter": ours_prefilter, "_ours-serve": ours_serve}
 
 
 # ------------------------------------------------------------------------------------------
@@ -383,27 +304,45 @@ def _tail(path: pathlib.Path, n: int = 15) -> str:
 
 
 class Worker:
-    """A long-lived side process speaking JSON lines (one request, one answer)."""
+    """A side process speaking JSON lines: long-lived (one request, one answer, after its "ready"
+    line) or one-shot (:func:`run_job`). ``{"progress": n}`` lines move its bar of `total`
+    documents; `timeout_s` kills it (reported as too slow)."""
 
-    def __init__(self, name: str, argv: list[str], cwd: pathlib.Path, log: pathlib.Path, env: dict | None = None):
-        self.name, self.log = name, log
+    def __init__(self, name: str, argv: list[str], cwd: pathlib.Path, log: pathlib.Path, total: int | None = None,
+                 progress: bool = False, timeout_s: float | None = None):
+        from tqdm import tqdm
+        self.name, self.log, self.total = name, log, total
+        self.bar = tqdm(total=total, desc=name, unit="doc", disable=not progress or total is None, leave=False)
         t0 = time.perf_counter()
         self._err = open(log, "w")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
-                                     cwd=cwd, env=env, bufsize=1)
+                                     cwd=cwd, bufsize=1)
+        self.timer = threading.Timer(timeout_s or 0, self.proc.kill)
+        self.timer.daemon = True
+        if timeout_s:
+            self.timer.start()
         self.ready = self._read()
         self.start_to_ready_s = time.perf_counter() - t0
 
     def _read(self) -> dict:
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                rc = self.proc.wait()
-                raise WorkerError(f"{self.name} exited (status {rc}); its log {self.log} ends:\n{_tail(self.log)}")
+        for line in self.proc.stdout:
             try:
-                return json.loads(line)
+                msg = json.loads(line)
             except json.JSONDecodeError:
+                msg = None
+            if not isinstance(msg, dict):
                 self._err.write(f"[stdout, not JSON] {line}")
+            elif "progress" in msg:
+                self.bar.n = msg["progress"]  # set, not added: a disabled bar still counts for the message below
+                self.bar.refresh()
+            else:
+                return msg
+        rc = self.proc.wait()
+        if self.timer.finished.is_set():  # set once the timer has fired
+            raise WorkerError(f"{self.name}: too slow, stopped after {self.timer.interval / 60:.0f} min "
+                              f"(at {self.bar.n:,} of {self.total} documents)")
+        why = "killed (SIGKILL: out of memory?)" if rc == -9 else f"exit status {rc}"
+        raise WorkerError(f"{self.name}: {why}; its log {self.log} ends:\n{_tail(self.log)}")
 
     def call(self, req: dict) -> dict:
         self.proc.stdin.write(json.dumps(req) + "\n")
@@ -418,100 +357,60 @@ class Worker:
             except (WorkerError, OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+        self.timer.cancel()
+        self.bar.close()
         self._err.close()
 
 
 def run_job(name: str, argv: list[str], cwd: pathlib.Path, log: pathlib.Path, total: int | None, progress: bool,
-            env: dict | None = None, timeout_s: float | None = None) -> dict:
+            timeout_s: float | None = None) -> dict:
     """Runs a one-shot process that prints progress lines and a final ``{"result": ...}`` line;
     returns the result, or raises WorkerError with its log's end (killed after `timeout_s`)."""
-    import threading
-
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, desc=name, unit="doc", disable=not progress or total is None, leave=False)
-    result = None
-    timed_out = threading.Event()
-    with open(log, "w") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, cwd=cwd, env=env, bufsize=1)
-
-        def kill():
-            timed_out.set()
-            proc.kill()
-        timer = threading.Timer(timeout_s, kill) if timeout_s else None
-        if timer:
-            timer.daemon = True
-            timer.start()
-        for line in proc.stdout:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "progress" in msg:
-                bar.n = msg["progress"]
-                bar.refresh()
-            elif "result" in msg:
-                result = msg["result"]
-        rc = proc.wait()
-        if timer:
-            timer.cancel()
-    bar.close()
-    if timed_out.is_set():
-        raise WorkerError(f"{name}: too slow, stopped after {timeout_s / 60:.0f} min (at {bar.n:,} of {total} documents)")
-    if rc != 0 or result is None:
-        why = "killed (SIGKILL: out of memory?)" if rc == -9 else f"exit status {rc}"
-        raise WorkerError(f"{name}: {why}; its log {log} ends:\n{_tail(log)}")
-    return result
-
-
-def _role_main(role: str, argv: list[str]) -> int:
-    if role == "_ours-serve":
-        ours_serve(argv)
-    else:
-        print(json.dumps({"result": ROLES[role](argv)}, default=str), flush=True)
-    return 0
+    job = Worker(name, argv, cwd, log, total, progress, timeout_s)
+    rc = job.proc.wait()
+    job.close()
+    if rc != 0 or "result" not in job.ready:
+        raise WorkerError(f"{name}: exit status {rc}; its log {log} ends:\n{_tail(log)}")
+    return job.ready["result"]
 
 
 def ensure_lightrag_venv(venv: pathlib.Path, progress: bool = True) -> pathlib.Path:
     """LightRAG's virtual environment (made on first use); returns its python."""
     py = venv / "bin" / "python"
-    ok = py.exists() and subprocess.run([str(py), "-c", "import lightrag, numpy"], capture_output=True).returncode == 0
-    if not ok:
-        if progress:
-            print(f"making LightRAG's virtual environment in {venv} ({', '.join(LIGHTRAG_PINS)}) ...", flush=True)
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["python3", "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *LIGHTRAG_PINS], check=True)
+    if py.exists() and subprocess.run([str(py), "-c", "import lightrag, numpy"], capture_output=True).returncode == 0:
+        return py
+    if progress:
+        print(f"making LightRAG's virtual environment in {venv} ({', '.join(LIGHTRAG_PINS)}) ...", flush=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["python3", "-m", "venv", "--clear", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", *LIGHTRAG_PINS], check=True)
     return py
 
 
 def interpreter_start_s(py: str, repeat: int = 5) -> float:
     """Median seconds for `py` to start and exit (``-c pass``): subtracted from open times."""
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run([py, "-c", "pass"], check=True)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(h.time_calls(lambda: subprocess.run([py, "-c", "pass"], check=True), repeat, warmup=0))
 
 
 def package_versions(py: str, names: list[str]) -> dict:
-    code = ("import json, importlib.metadata as m\nout = {}\nfor n in %r:\n    try: out[n] = m.version(n)\n"
-            "    except Exception: out[n] = None\nprint(json.dumps(out))") % (names,)
+    """``{distribution: version}`` in the interpreter `py` (LightRAG's venv); {} if one is missing."""
+    code = f"import json, importlib.metadata as m; print(json.dumps({{n: m.version(n) for n in {names!r}}}))"
     try:
-        return json.loads(subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout)
-    except (subprocess.SubprocessError, json.JSONDecodeError):
+        return h.run_json([py, "-c", code])
+    except h.ChildFailed:
         return {}
+
+
+def folder_bytes(path: pathlib.Path) -> dict:
+    """Apparent bytes (file sizes) and allocated bytes (blocks) of every file under `path`."""
+    stats = [os.lstat(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names]
+    return {"bytes": sum(st.st_size for st in stats), "allocated_bytes": sum(st.st_blocks * 512 for st in stats),
+            "files": len(stats)}
 
 
 # ------------------------------------------------------------------------------------------
 # Driver: measuring
 # ------------------------------------------------------------------------------------------
-
-def _pct(xs: list[float], p: float) -> float:
-    import numpy as np
-    return float(np.percentile(np.asarray(xs), p))
-
 
 def fits_ours(n_docs: int, measured: list[dict], budget: int) -> tuple[bool, str]:
     """Whether our ingest of `n_docs` should fit in `budget` bytes: peak RSS growth per document
@@ -527,19 +426,12 @@ def fits_ours(n_docs: int, measured: list[dict], budget: int) -> tuple[bool, str
 
 
 class Side:
-    """A row of the comparison: a worker and how to ask it (`extra` joins each query request)."""
+    """A row of the comparison: a worker, how to ask it, and its answers (with their questions)."""
 
     def __init__(self, name: str, worker: Worker, kind: str, mode: str | None = None, keywords: str | None = None):
         self.name, self.worker, self.kind, self.mode, self.keywords = name, worker, kind, mode, keywords
-        self.lat: list[float] = []
-        self.hits: list[bool] = []
-        self.recall_hits: list[bool] = []
-        self.section_hits: dict[str, list[bool]] = {}
-        self.ndocs: list[int] = []
-        self.words: list[int] = []
-        self.paths: dict[str, int] = {}
-        self.batch_ms: list[float] = []
-        self.batch_n = 0
+        self.answers: list[tuple[dict, dict]] = []  # (question, answer) of each timed query
+        self.batches: list[tuple[list[dict], dict]] = []
 
     def request(self, q: dict) -> dict:
         if self.kind == "ours":
@@ -548,177 +440,191 @@ class Side:
         return {"op": "query", "q": q["q"], "mode": self.mode, "ll": ll, "hl": hl}
 
     def batch_request(self, qs: list[dict]) -> dict:
-        if self.kind == "ours":
-            return {"op": "batch", "queries": [q["q"] for q in qs]}
-        return {"op": "batch", "queries": [self.request(q) for q in qs]}
+        return {"op": "batch", "queries": [q["q"] if self.kind == "ours" else self.request(q) for q in qs]}
 
     def record(self, q: dict, r: dict) -> None:
-        self.lat.append(r["ms"])
-        self.hits.append(q["source"] in r["docs"])
-        self.ndocs.append(len(r["docs"]))
-        self.words.append(r.get("context_words", 0))
-        for section, docs in (r.get("docs_by") or {}).items():
-            self.section_hits.setdefault(section, []).append(q["source"] in docs)
-        if "recall_docs" in r:
-            self.recall_hits.append(q["source"] in r["recall_docs"])
-            for store, how in (r.get("paths") or {}).items():
-                key = f"{store}: {how}"
-                self.paths[key] = self.paths.get(key, 0) + 1
+        if "error" in r:
+            raise WorkerError(f"{self.name}: {r['error']}")
+        self.answers.append((q, r))
+
+    def record_batch(self, qs: list[dict], r: dict) -> None:
+        self.batches.append((qs, r))
 
     def summary(self) -> dict:
-        out = {"queries": len(self.lat), "p50_ms": _pct(self.lat, 50), "p99_ms": _pct(self.lat, 99),
-               "mean_ms": statistics.fmean(self.lat), "hit_rate": statistics.fmean(self.hits),
-               "context_documents_mean": statistics.fmean(self.ndocs), "context_words_mean": statistics.fmean(self.words)}
-        out["hit_rate_by_section"] = {k: statistics.fmean(v) for k, v in self.section_hits.items()}
-        if self.recall_hits:
-            out["recall_hit_rate"] = statistics.fmean(self.recall_hits)
-            out["recall_paths"] = self.paths
-        if self.batch_ms:
-            out["batch_size"] = self.batch_n
-            out["batches"] = len(self.batch_ms)
-            out["batch_p50_ms"] = _pct(self.batch_ms, 50)
-            out["batch_qps"] = self.batch_n * len(self.batch_ms) / (sum(self.batch_ms) / 1e3)
+        """Latency percentiles, hit rates (the source document in the context, by section, among
+        the recalled documents), context sizes, recall paths and batched throughput."""
+        import numpy as np
+        mean, answers = statistics.fmean, self.answers
+        lat = [r["ms"] for _, r in answers]
+        p50, p99 = np.percentile(lat, [50, 99])
+        sections = dict.fromkeys(k for _, r in answers for k in r.get("docs_by") or {})
+        out = {"queries": len(lat), "p50_ms": float(p50), "p99_ms": float(p99), "mean_ms": mean(lat),
+               "hit_rate": mean(q["source"] in r["docs"] for q, r in answers),
+               "context_documents_mean": mean(len(r["docs"]) for _, r in answers),
+               "context_words_mean": mean(r.get("context_words", 0) for _, r in answers),
+               "hit_rate_by_section": {k: mean(q["source"] in r["docs_by"][k] for q, r in answers
+                                               if k in r.get("docs_by", {})) for k in sections}}
+        if any("recall_docs" in r for _, r in answers):  # ours
+            paths = collections.Counter(f"{store}: {how}" for _, r in answers for store, how in r["paths"].items())
+            out.update(recall_hit_rate=mean(q["source"] in r["recall_docs"] for q, r in answers),
+                       recall_paths=dict(paths))
+        if self.batches:
+            ms, size = [r["ms"] for _, r in self.batches], len(self.batches[-1][0])
+            out.update(batch_size=size, batches=len(ms), batch_p50_ms=float(np.percentile(ms, 50)),
+                       batch_qps=size * len(ms) / (sum(ms) / 1e3))
         return out
 
 
-def run_size(n: int, args, encoders, lr_py: pathlib.Path, base: dict, measured_ours: list[dict]) -> dict:
+def _ours(args, role: str, *flags) -> list[str]:
+    """The command line of one of our roles."""
+    return [sys.executable, str(pathlib.Path(__file__).resolve()), role, *map(str, flags),
+            "--torch-threads", str(args.torch_threads)]
+
+
+def _lightrag(lr_py: pathlib.Path, folder: pathlib.Path, command: str, *flags) -> list[str]:
+    """The command line of one of LightRAG's commands over the index in `folder`."""
+    return [str(lr_py), str(SIDE), command, "--workdir", str(folder / "lightrag"), "--vectors",
+            str(folder / "lr_vectors.npy"), "--keys", str(folder / "lr_keys.npy"), *map(str, flags)]
+
+
+def _job(args, folder: pathlib.Path, name: str, argv: list[str], log: str, total: int | None,
+         cwd: pathlib.Path = ROOT) -> dict:
+    """:func:`run_job` with the run's progress setting and ingest time limit."""
+    limit = 60 * args.max_ingest_minutes if args.max_ingest_minutes else None
+    return run_job(name, argv, cwd, folder / "logs" / log, total, not args.no_progress, timeout_s=limit)
+
+
+def ingest_ours(n: int, folder: pathlib.Path, args, measured: list[dict]) -> dict:
+    """Our index of `n` documents and its prefilter-carrying copy, unless our memory check says
+    the ingest would not fit (a probe of PROBE_DOCS is measured first when nothing smaller was)."""
     from tqdm import tqdm
-
-    progress = not args.no_progress
-    folder = CACHE / (f"quick-n{n}" if args.quick else f"n{n}-seed{args.seed}-v{CORPUS_VERSION}")
-    logs = folder / "logs"
-    if folder.exists():
-        shutil.rmtree(folder)
-    logs.mkdir(parents=True)
-    out: dict = {"documents": n, "folder": str(folder)}
-    n_q = max(args.queries + args.warmup, args.batch_size * args.batches)
-    tqdm.write(f"== {n:,} documents: corpus and LightRAG's vectors")
-    out["prepare"] = prepare(n, n_q, args.seed, folder, encoders, progress)
-    qs = json.loads((folder / "questions.json").read_text())
-    py = sys.executable
-    me = str(pathlib.Path(__file__).resolve())
-    env = dict(os.environ)
-    env.setdefault("COLGRAPH_NUM_THREADS", str(len(os.sched_getaffinity(0))))
-    tt = ["--torch-threads", str(args.torch_threads)]
-
-    # -- ingest, one side after the other ---------------------------------------------------
     ours: dict = {}
-    if not measured_ours and n > PROBE_DOCS * 5:  # nothing smaller measured in this run: measure a probe
-        probe = run_job(f"ours ingest probe {PROBE_DOCS:,}", [py, me, "_ours-ingest", "--docs", str(PROBE_DOCS), "--seed",
-                                                               str(args.seed), "--out", str(folder / "probe"), *tt],
-                        ROOT, logs / "ours_probe.log", PROBE_DOCS, progress, env)
-        measured_ours.append({"documents": PROBE_DOCS, **probe})
+    if not measured and n > PROBE_DOCS * 5:
+        probe = _job(args, folder, f"ours ingest probe {PROBE_DOCS:,}", _ours(
+            args, "_ours-ingest", "--docs", PROBE_DOCS, "--seed", args.seed, "--out", folder / "probe"),
+            "ours_probe.log", PROBE_DOCS)
+        measured.append({"documents": PROBE_DOCS, **probe})
         shutil.rmtree(folder / "probe")
-    ok, note = fits_ours(n, measured_ours, int(available_memory() * args.memory_fraction))
-    ours["fit_check"] = note
+    ok, ours["fit_check"] = fits_ours(n, measured, int(_pr().available_memory() * args.memory_fraction))
     if not ok:
-        ours["status"] = f"did not fit: {note}"
-    else:
-        try:
-            tqdm.write(f"== {n:,} documents: our ingest")
-            ours["ingest"] = run_job(f"ours ingest {n:,}", [py, me, "_ours-ingest", "--docs", str(n), "--seed",
-                                                               str(args.seed), "--out", str(folder / "ours"), "--chunk",
-                                                               str(args.chunk), "--dtype", args.dtype, *tt],
-                                     ROOT, logs / "ours_ingest.log", n, progress, env,
-                                     timeout_s=60 * args.max_ingest_minutes if args.max_ingest_minutes else None)
-            ours["disk"] = folder_bytes(folder / "ours")
-            measured_ours.append({"documents": n, **ours["ingest"]})
-            ours["status"] = "ok"
-        except WorkerError as exc:
-            ours["status"] = ("did not fit: " if "SIGKILL" in str(exc) else "failed at ingest: ") + str(exc)
-    if ours.get("status") == "ok" and not args.no_prefilter:
+        ours["status"] = f"did not fit: {ours['fit_check']}"
+        return ours
+    try:
+        tqdm.write(f"== {n:,} documents: our ingest")
+        ours["ingest"] = _job(args, folder, f"ours ingest {n:,}", _ours(
+            args, "_ours-ingest", "--docs", n, "--seed", args.seed, "--out", folder / "ours", "--chunk", args.chunk,
+            "--dtype", args.dtype), "ours_ingest.log", n)
+    except WorkerError as exc:
+        ours["status"] = ("did not fit: " if "SIGKILL" in str(exc) else "failed at ingest: ") + str(exc)
+        return ours
+    ours.update(disk=folder_bytes(folder / "ours"), status="ok")
+    measured.append({"documents": n, **ours["ingest"]})
+    if not args.no_prefilter:
         try:
             tqdm.write(f"== {n:,} documents: our prefilter (copy + enable_prefilter)")
-            ours["prefilter"] = run_job(f"ours prefilter {n:,}", [py, me, "_ours-prefilter", "--src", str(folder / "ours"),
-                                                                   "--out", str(folder / "ours_prefilter"), *tt],
-                                        ROOT, logs / "ours_prefilter.log", None, progress, env,
-                                        timeout_s=60 * args.max_ingest_minutes if args.max_ingest_minutes else None)
+            ours["prefilter"] = _job(args, folder, f"ours prefilter {n:,}", _ours(
+                args, "_ours-prefilter", "--src", folder / "ours", "--out", folder / "ours_prefilter"),
+                "ours_prefilter.log", None)
             ours["prefilter_disk"] = folder_bytes(folder / "ours_prefilter")
         except WorkerError as exc:
             ours["prefilter_status"] = f"failed: {exc}"
-    out["ours"] = ours
-    lr: dict = {}
+    return ours
+
+
+def ingest_lightrag(n: int, folder: pathlib.Path, args, lr_py: pathlib.Path) -> dict:
+    """LightRAG's index of the same corpus: ``insert_custom_kg`` per ``--lightrag-batch`` documents."""
+    from tqdm import tqdm
     try:
         tqdm.write(f"== {n:,} documents: LightRAG ingest (insert_custom_kg per {args.lightrag_batch:,} documents)")
-        lr["ingest"] = run_job(f"LightRAG ingest {n:,}", [str(lr_py), str(SIDE), "ingest", "--workdir",
-                                                           str(folder / "lightrag"), "--corpus",
-                                                           str(folder / "corpus.jsonl"), "--vectors",
-                                                           str(folder / "lr_vectors.npy"), "--keys",
-                                                           str(folder / "lr_keys.npy"), "--batch",
-                                                           str(args.lightrag_batch)],
-                               folder, logs / "lightrag_ingest.log", n, progress,
-                               timeout_s=60 * args.max_ingest_minutes if args.max_ingest_minutes else None)
-        lr["disk"] = folder_bytes(folder / "lightrag")
-        lr["status"] = "ok"
+        ingest = _job(args, folder, f"LightRAG ingest {n:,}", _lightrag(
+            lr_py, folder, "ingest", "--corpus", folder / "corpus.jsonl", "--batch", args.lightrag_batch),
+            "lightrag_ingest.log", n, cwd=folder)
     except WorkerError as exc:
-        lr["status"] = f"failed at ingest: {exc}"
-    out["lightrag"] = lr
+        return {"status": f"failed at ingest: {exc}"}
+    return {"ingest": ingest, "disk": folder_bytes(folder / "lightrag"), "status": "ok"}
 
-    # -- serve: one worker per index, called alternately ---------------------------------
+
+def _asker(s: Side, items: list, request):
+    """A call for :func:`h.paired`: asks `s` about the next of `items`; returns ``(item, answer)``."""
+    it = iter(items)
+
+    def ask():
+        item = next(it)
+        return item, s.worker.call(request(item))
+    return ask
+
+
+def time_rows(sides: list[Side], qs: list[dict], args) -> None:
+    """Single queries, then batches, every row once per round in an order that rotates per round
+    (``h.paired``, the same questions for each row); each row records what its worker measured."""
+    if not sides:
+        return
+    by = {s.name: s for s in sides}
+    h.paired({s.name: _asker(s, qs, s.request) for s in sides}, args.queries, warmup=args.warmup,
+             after=lambda name, got: by[name].record(*got))
+    batches = [qs[b * args.batch_size:(b + 1) * args.batch_size] for b in range(args.batches)]
+    warm = batches[0][:16]  # a warm-up batch each (allocators, caches)
+    h.paired({s.name: _asker(s, [warm, *batches], s.batch_request) for s in sides}, args.batches, warmup=1,
+             after=lambda name, got: by[name].record_batch(*got))
+
+
+def serve_rows(n: int, folder: pathlib.Path, size: dict, args, lr_py: pathlib.Path, base: dict) -> None:
+    """One worker per index (ours per row, LightRAG's for all its rows), timed by :func:`time_rows`;
+    fills ``size["serving"]`` and ``size["rows"]``, or ``size["serve_error"]``."""
+    from tqdm import tqdm
+    ours, logs = size["ours"], folder / "logs"
     workers: dict[str, Worker] = {}
     sides: list[Side] = []
     try:
-        if ours.get("status") == "ok":
-            for name, which, changes in our_rows():
-                if which == "prefilter" and "prefilter" not in ours:
-                    continue
-                index = folder / ("ours" if which == "plain" else "ours_prefilter")
-                workers[name] = Worker(name, [py, me, "_ours-serve", "--index", str(index), "--config",
-                                              json.dumps(changes), *tt], ROOT, logs / f"{name}_serve.log", env)
-                sides.append(Side(name, workers[name], "ours"))
-        if lr.get("status") == "ok":
-            workers["lightrag"] = Worker("lightrag", [str(lr_py), str(SIDE), "serve", "--workdir",
-                                                      str(folder / "lightrag"), "--vectors",
-                                                      str(folder / "lr_vectors.npy"), "--keys",
-                                                      str(folder / "lr_keys.npy"), "--top-k", "10"],
-                                         folder, logs / "lightrag_serve.log")
+        for name, which, changes in (our_rows() if ours.get("status") == "ok" else []):
+            if which == "prefilter" and "prefilter" not in ours:
+                continue
+            index = folder / ("ours" if which == "plain" else "ours_prefilter")
+            workers[name] = Worker(name, _ours(args, "_ours-serve", "--index", index, "--config", json.dumps(changes)),
+                                   ROOT, logs / f"{name}_serve.log")
+            sides.append(Side(name, workers[name], "ours"))
+        if size["lightrag"].get("status") == "ok":
+            workers["lightrag"] = Worker("lightrag", _lightrag(lr_py, folder, "serve", "--top-k", 10), folder,
+                                         logs / "lightrag_serve.log")
             sides += [Side(name, workers["lightrag"], "lightrag", mode, kw) for name, mode, kw in LIGHTRAG_ROWS]
         serving = {}
         for name, w in workers.items():
-            base_s = base["ours_interpreter_s"] if name.startswith("ours") else base["lightrag_interpreter_s"]
-            serving[name] = {"start_to_ready_s": w.start_to_ready_s, "open_s": w.start_to_ready_s - base_s,
+            start_s = base["ours_interpreter_s" if name.startswith("ours") else "lightrag_interpreter_s"]
+            serving[name] = {"start_to_ready_s": w.start_to_ready_s, "open_s": w.start_to_ready_s - start_s,
                              "ready": w.ready, "after_open": w.call({"op": "mem"})}
-        warm, timed = qs[:args.warmup], qs[args.warmup:args.warmup + args.queries]
-        for i, q in enumerate(warm):
-            for s in sides:
-                s.worker.call(s.request(q))
-        for i, q in enumerate(tqdm(timed, desc=f"single queries, {len(sides)} rows alternately", disable=not progress,
-                                   leave=False)):
-            k = i % max(len(sides), 1)
-            for s in sides[k:] + sides[:k]:
-                r = s.worker.call(s.request(q))
-                if "error" in r:
-                    raise WorkerError(f"{s.name}: {r['error']}")
-                s.record(q, r)
-        batches = [qs[b * args.batch_size:(b + 1) * args.batch_size] for b in range(args.batches)]
-        for s in sides:  # a warm-up batch each (allocators, caches)
-            s.worker.call(s.batch_request(batches[0][:16]))
-        for b, batch in enumerate(tqdm(batches, desc=f"batches of {args.batch_size}", disable=not progress,
-                                       leave=False)):
-            k = b % max(len(sides), 1)
-            for s in sides[k:] + sides[:k]:
-                r = s.worker.call(s.batch_request(batch))
-                s.batch_ms.append(r["ms"])
-                s.batch_n = len(batch)
+        tqdm.write(f"== {n:,} documents: {len(sides)} rows, alternately")
+        time_rows(sides, json.loads((folder / "questions.json").read_text()), args)
         for name, w in workers.items():
             serving[name]["after_queries"] = w.call({"op": "mem"})
-        out["serving"] = serving
-        out["rows"] = {s.name: s.summary() for s in sides}
+        size.update(serving=serving, rows={s.name: s.summary() for s in sides})
     except WorkerError as exc:
-        out["serve_error"] = str(exc)
+        size["serve_error"] = str(exc)
         tqdm.write(f"serving failed: {exc}")
     finally:
         for w in workers.values():
             w.close()
-    out["ratios"] = ratios(out)
-    if not args.keep:
-        for sub in ("ours", "ours_prefilter", "lightrag", "lr_vectors.npy", "corpus.jsonl"):
-            p = folder / sub
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
-    return out
+
+
+def run_size(n: int, args, encoders, lr_py: pathlib.Path, base: dict, measured_ours: list[dict]) -> dict:
+    """Corpus and vectors, both ingests, serving and ratios at `n` documents."""
+    from tqdm import tqdm
+    folder = CACHE / (f"quick-n{n}" if args.quick else f"n{n}-seed{args.seed}-v{CORPUS_VERSION}")
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "logs").mkdir(parents=True)
+    tqdm.write(f"== {n:,} documents: corpus and LightRAG's vectors")
+    n_q = max(args.queries + args.warmup, args.batch_size * args.batches)
+    size: dict = {"documents": n, "folder": str(folder),
+                  "prepare": prepare(n, n_q, args.seed, folder, encoders, not args.no_progress),
+                  "ours": ingest_ours(n, folder, args, measured_ours),
+                  "lightrag": ingest_lightrag(n, folder, args, lr_py)}
+    serve_rows(n, folder, size, args, lr_py, base)
+    size["ratios"] = ratios(size)
+    for sub in () if args.keep else ("ours", "ours_prefilter", "lightrag", "lr_vectors.npy", "corpus.jsonl"):
+        if (folder / sub).is_dir():
+            shutil.rmtree(folder / sub)
+        else:
+            (folder / sub).unlink(missing_ok=True)
+    return size
 
 
 def our_rows() -> list[tuple[str, str, dict]]:
@@ -735,33 +641,32 @@ def ratios(r: dict) -> dict:
     """LightRAG / ours for times, bytes and RSS (above 1: ours is faster or smaller), ours /
     LightRAG for QPS (above 1: ours serves more), per our row, against the reference row."""
     rows, serving = r.get("rows") or {}, r.get("serving") or {}
-    lr_ref = rows.get(REFERENCE)
+    lr_ref, hy = rows.get(REFERENCE), rows.get(HIT_REFERENCE)
+    if lr_ref is None:
+        return {}
     out = {}
-    for ours_row in [k for k in rows if k.startswith("ours")]:
-        o = rows.get(ours_row)
-        pf = _index_of(ours_row) == "prefilter"
-        if o is None or lr_ref is None:
-            continue
-        x = {"p50_speedup_vs_lightrag_local": lr_ref["p50_ms"] / o["p50_ms"],
-             "p99_speedup_vs_lightrag_local": lr_ref["p99_ms"] / o["p99_ms"],
-             "p50_speedup_vs_lightrag_hybrid": rows[HIT_REFERENCE]["p50_ms"] / o["p50_ms"],
-             "batched_qps_ours_over_lightrag_local": o["batch_qps"] / lr_ref["batch_qps"],
-             "hit_rate_ours": o["hit_rate"], "hit_rate_lightrag_hybrid": rows[HIT_REFERENCE]["hit_rate"],
-             "hit_rate_lightrag_local": lr_ref["hit_rate"]}
-        lr_ing, o_ing = r["lightrag"]["ingest"], r["ours"]["ingest"]
-        o_ingest_s = o_ing["ingest_s"] + (r["ours"]["prefilter"]["prefilter_s"] if pf else 0)
-        x["ingest_time_lightrag_over_ours"] = lr_ing["ingest_s"] / o_ingest_s
-        x["ingest_peak_rss_lightrag_over_ours"] = lr_ing["hwm_bytes"] / max(
-            o_ing["hwm_bytes"], r["ours"]["prefilter"]["hwm_bytes"] if pf else 0)
-        disk = r["ours"]["prefilter_disk"] if pf else r["ours"]["disk"]
-        x["disk_lightrag_over_ours"] = r["lightrag"]["disk"]["bytes"] / disk["bytes"]
-        so, sl = serving[ours_row], serving["lightrag"]
-        x["open_time_lightrag_over_ours"] = sl["open_s"] / so["open_s"]
-        x["rss_after_open_lightrag_over_ours"] = sl["after_open"]["rss_bytes"] / so["after_open"]["rss_bytes"]
-        x["rss_after_queries_lightrag_over_ours"] = sl["after_queries"]["rss_bytes"] / so["after_queries"]["rss_bytes"]
-        x["anon_rss_after_queries_lightrag_over_ours"] = (sl["after_queries"]["rss_anon_bytes"]
-                                                          / so["after_queries"]["rss_anon_bytes"])
-        out[ours_row] = x
+    for name in [k for k in rows if k.startswith("ours")]:
+        o, pf = rows[name], _index_of(name) == "prefilter"
+        lr_ing, o_ing, o_pf = r["lightrag"]["ingest"], r["ours"]["ingest"], r["ours"].get("prefilter") or {}
+        so, sl = serving[name], serving["lightrag"]
+        after_o, after_l = so["after_queries"], sl["after_queries"]
+        o_ingest_s = o_ing["ingest_s"] + (o_pf["prefilter_s"] if pf else 0)
+        o_disk = r["ours"]["prefilter_disk" if pf else "disk"]["bytes"]
+        out[name] = {
+            "p50_speedup_vs_lightrag_local": lr_ref["p50_ms"] / o["p50_ms"],
+            "p99_speedup_vs_lightrag_local": lr_ref["p99_ms"] / o["p99_ms"],
+            "p50_speedup_vs_lightrag_hybrid": hy["p50_ms"] / o["p50_ms"],
+            "batched_qps_ours_over_lightrag_local": o["batch_qps"] / lr_ref["batch_qps"],
+            "hit_rate_ours": o["hit_rate"], "hit_rate_lightrag_hybrid": hy["hit_rate"],
+            "hit_rate_lightrag_local": lr_ref["hit_rate"],
+            "ingest_time_lightrag_over_ours": lr_ing["ingest_s"] / o_ingest_s,
+            "ingest_peak_rss_lightrag_over_ours": lr_ing["hwm_bytes"] / max(o_ing["hwm_bytes"],
+                                                                            o_pf["hwm_bytes"] if pf else 0),
+            "disk_lightrag_over_ours": r["lightrag"]["disk"]["bytes"] / o_disk,
+            "open_time_lightrag_over_ours": sl["open_s"] / so["open_s"],
+            "rss_after_open_lightrag_over_ours": sl["after_open"]["rss_bytes"] / so["after_open"]["rss_bytes"],
+            "rss_after_queries_lightrag_over_ours": after_l["rss_bytes"] / after_o["rss_bytes"],
+            "anon_rss_after_queries_lightrag_over_ours": after_l["rss_anon_bytes"] / after_o["rss_anon_bytes"]}
     return out
 
 
@@ -805,171 +710,44 @@ HANDICAPS_OURS = [
     "native kernels with COLGRAPH_NUM_THREADS (all usable cores); LightRAG's numpy uses its default threads.",
     "Our open time includes importing torch; we open with `verify=False`, as the service does.",
 ]
+RATIO_LABELS = {
+    "p50_speedup_vs_lightrag_local": "one query p50: LightRAG local / ours",
+    "p99_speedup_vs_lightrag_local": "one query p99: LightRAG local / ours",
+    "p50_speedup_vs_lightrag_hybrid": "one query p50: LightRAG hybrid / ours",
+    "batched_qps_ours_over_lightrag_local": "batched QPS (64): ours / LightRAG local",
+    "ingest_time_lightrag_over_ours": "ingest time: LightRAG / ours",
+    "ingest_peak_rss_lightrag_over_ours": "ingest peak RSS: LightRAG / ours",
+    "open_time_lightrag_over_ours": "open time: LightRAG / ours",
+    "disk_lightrag_over_ours": "disk: LightRAG / ours",
+    "rss_after_open_lightrag_over_ours": "RSS after open: LightRAG / ours",
+    "rss_after_queries_lightrag_over_ours": "RSS after queries: LightRAG / ours",
+    "anon_rss_after_queries_lightrag_over_ours": "anonymous RSS after queries: LightRAG / ours",
+    "hit_rate_ours": "source-document hit rate: ours",
+    "hit_rate_lightrag_hybrid": "source-document hit rate: LightRAG hybrid",
+    "hit_rate_lightrag_local": "source-document hit rate: LightRAG local"}
+# (what, ratio key, needed, unit, the sizes it applies to)
+TARGETS = (("one query p50 >= 3x faster than LightRAG local", "p50_speedup_vs_lightrag_local", 3.0, "x",
+            lambda n: n >= 10000),
+           ("batched QPS >= 10x LightRAG local's", "batched_qps_ours_over_lightrag_local", 10.0, "x",
+            lambda n: n == 10000),
+           ("disk <= LightRAG's (LightRAG / ours)", "disk_lightrag_over_ours", 1.0, "", lambda n: True),
+           ("serving RSS <= LightRAG's (LightRAG / ours, after queries)", "rss_after_queries_lightrag_over_ours", 1.0,
+            "", lambda n: True))
 
 
 def _f(x, nd=2):
     if x is None:
         return "-"
-    if isinstance(x, str):
-        return x
-    return f"{x:,.{nd}f}"
+    return x if isinstance(x, str) else f"{x:,.{nd}f}"
 
 
 def _mib(b):
     return "-" if b is None else f"{b / 2**20:,.0f}"
 
 
-def to_markdown(rep: dict) -> str:
-    m = rep["machine"]
-    lines = [
-        "# LightRAG side by side: our pipeline vs LightRAG 1.5.7 (same corpus, same vectors, no LLM)", "",
-        f"{rep['date']} · commit {m['git_commit_short']}"
-        + (" (engine files modified in the work tree: "
-           + ", ".join(f"`{line.split(maxsplit=1)[-1]}`" for line in m["engine_changes_uncommitted"].splitlines()) + ")"
-           if m.get("engine_changes_uncommitted") else "")
-        + f" · {m['cpu_model']} · {m['cpus_usable']} usable CPUs (shared with other jobs) · "
-        f"{m['memory_total_bytes'] / 2**30:.0f} GiB · python {m['python']} · ours: torch {m['torch']} · LightRAG venv: "
-        + ", ".join(f"{k} {v}" for k, v in m["lightrag_venv"].items())
-        + f" · load average at start {m['loadavg_start'][0]:.2f}, end {rep['loadavg_end'][0]:.2f}", "",
-        f"Command: `{rep['command']}` ({rep['total_s'] / 60:.1f} min). Settings: {json.dumps(rep['settings'])}", "",
-        f"Our rows: `ours` = `PipelineConfig()` (recall_ranker = `{rep['our_config'].get('recall_ranker')}`), "
-        "`ours-prefilter` = the same with `recall_ranker=\"prefilter\"` on a copy of the index that carries a "
-        "prefilter (`KnowledgeIndex.enable_prefilter()`; its build time is added to that row's ingest)"
-        + (", `ours-default-pf` = `PipelineConfig()` on that copy" if any(
-            "ours-default-pf" in (s.get("rows") or {}) for s in rep["sizes"]) else "") + ". "
-        f"Speed ratios are taken against `{REFERENCE}`, the hit rate against `{HIT_REFERENCE}` too.", "",
-        "See the docstring of `benchmarks/lightrag_peer.py` for the protocol (corpus, vectors, alternating "
-        "workers, what is timed).", "",
-    ]
-    sizes = rep["sizes"]
-    lines += ["## Ratios", "",
-              "Above 1 favours ours everywhere: LightRAG / ours for latency, time, bytes and RSS; ours / LightRAG "
-              "for QPS.", ""]
-    keys = [("p50_speedup_vs_lightrag_local", "one query p50: LightRAG local / ours"),
-            ("p99_speedup_vs_lightrag_local", "one query p99: LightRAG local / ours"),
-            ("p50_speedup_vs_lightrag_hybrid", "one query p50: LightRAG hybrid / ours"),
-            ("batched_qps_ours_over_lightrag_local", "batched QPS (64): ours / LightRAG local"),
-            ("ingest_time_lightrag_over_ours", "ingest time: LightRAG / ours"),
-            ("ingest_peak_rss_lightrag_over_ours", "ingest peak RSS: LightRAG / ours"),
-            ("open_time_lightrag_over_ours", "open time: LightRAG / ours"),
-            ("disk_lightrag_over_ours", "disk: LightRAG / ours"),
-            ("rss_after_open_lightrag_over_ours", "RSS after open: LightRAG / ours"),
-            ("rss_after_queries_lightrag_over_ours", "RSS after queries: LightRAG / ours"),
-            ("anon_rss_after_queries_lightrag_over_ours", "anonymous RSS after queries: LightRAG / ours"),
-            ("hit_rate_ours", "source-document hit rate: ours"),
-            ("hit_rate_lightrag_hybrid", "source-document hit rate: LightRAG hybrid"),
-            ("hit_rate_lightrag_local", "source-document hit rate: LightRAG local")]
-    names = [name for name, _, _ in OUR_ROWS if any(name in (s.get("rows") or {}) for s in sizes)] or ["ours"]
-    cols = [(s, row) for s in sizes for row in names]
-    lines.append("| measure | " + " | ".join(f"{s['documents']:,} {row}" for s, row in cols) + " |")
-    lines.append("|---|" + "---:|" * len(cols))
-    for k, label in keys:
-        cells = []
-        for s, row in cols:
-            x = (s.get("ratios") or {}).get(row, {}).get(k)
-            if x is None:
-                cells.append(_why_missing(s, row))
-            else:
-                cells.append(f"{x:.2f}" if k.startswith("hit") else f"{x:.2f}x")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    t = rep.get("targets") or []
-    if t:
-        names = list(t[0]["values"])
-        lines += ["", "### Targets (for later work; measured here only)", "",
-                  "| target | documents | " + " | ".join(names) + " |", "|---|---:|" + "---|" * len(names)]
-        for x in t:
-            cells = []
-            for row in names:
-                v = x["values"][row]
-                cells.append(v["verdict"] if v["value"] is None else f"{v['value']:.2f}{v.get('unit', '')} "
-                             f"({v['verdict']})")
-            lines.append(f"| {x['what']} | {x['documents']:,} | " + " | ".join(cells) + " |")
-    lines += ["", "## Per row", "",
-              "| documents | row | queries | p50 ms | p99 ms | batch 64 p50 ms | batched QPS | hit rate | "
-              "recall hit rate | docs in context | context words |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for s in sizes:
-        for name, x in (s.get("rows") or {}).items():
-            lines.append(f"| {s['documents']:,} | {name} | {x['queries']} | {_f(x['p50_ms'])} | {_f(x['p99_ms'])} | "
-                         f"{_f(x.get('batch_p50_ms'), 0)} | {_f(x.get('batch_qps'), 1)} | {x['hit_rate']:.2f} | "
-                         f"{_f(x.get('recall_hit_rate'))} | {x['context_documents_mean']:.1f} | "
-                         f"{x['context_words_mean']:,.0f} |")
-        if s.get("serve_error"):
-            lines.append(f"| {s['documents']:,} | serving failed | {s['serve_error'].splitlines()[0]} |")
-    lines += ["", "Source-document hit rate by context section (the source among the documents of that section "
-              "alone; ours: entities, relations, sources; LightRAG: entities, relationships, chunks):", "",
-              "| documents | row | any section | entities | relations | chunks / sources |", "|---:|---|---:|---:|---:|---:|"]
-    for s in sizes:
-        for name, x in (s.get("rows") or {}).items():
-            h = x.get("hit_rate_by_section") or {}
-            lines.append(f"| {s['documents']:,} | {name} | {x['hit_rate']:.2f} | {_f(h.get('entities'))} | "
-                         f"{_f(h.get('relations'))} | {_f(h.get('chunks'))} |")
-    lines += ["", "## Indexes and processes", "",
-              "| documents | side | ingest s | of which | embed s (apart) | ingest peak RSS MiB | disk MiB | files | "
-              "open s | RSS after open MiB (beyond imports) | RSS after queries MiB (anon + file) |",
-              "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for s in sizes:
-        n = s["documents"]
-        o, lr, sv = s.get("ours") or {}, s.get("lightrag") or {}, s.get("serving") or {}
-        if "ingest" in o:
-            i = o["ingest"]
-            lines.append(_index_row(n, "ours", i["ingest_s"], f"graphs {i['graph_s']:.1f}, commits {i['commit_s']:.1f}",
-                                    i["embed_s"], i["hwm_bytes"], o["disk"], sv.get("ours")))
-        else:
-            lines.append(f"| {n:,} | ours | {o.get('status', '-').splitlines()[0]} |")
-        if "prefilter" in o:
-            pf = o["prefilter"]
-            for name in [k for k in sv if k.startswith("ours") and _index_of(k) == "prefilter"] or ["ours-prefilter"]:
-                lines.append(_index_row(n, name, o["ingest"]["ingest_s"] + pf["prefilter_s"],
-                                        f"+ prefilter build {pf['prefilter_s']:.1f}", None, pf["hwm_bytes"],
-                                        o["prefilter_disk"], sv.get(name)))
-        if "ingest" in lr:
-            i = lr["ingest"]
-            lines.append(_index_row(n, "lightrag", i["ingest_s"],
-                                    f"{len(i['batches_s'])} insert_custom_kg calls, last {i['batches_s'][-1]:.1f}",
-                                    None, i["hwm_bytes"], lr["disk"], sv.get("lightrag")))
-        else:
-            lines.append(f"| {n:,} | lightrag | {lr.get('status', '-').splitlines()[0]} |")
-    lines.append("")
-    for s in sizes:
-        o, lr = s.get("ours") or {}, s.get("lightrag") or {}
-        if o.get("fit_check"):
-            lines.append(f"* {s['documents']:,} documents, our memory check: {o['fit_check']}.")
-        for what, msg in (("ours", o.get("status")), ("ours-prefilter", o.get("prefilter_status")),
-                          ("LightRAG", lr.get("status")), ("serving", s.get("serve_error"))):
-            if msg and msg != "ok":
-                lines.append(f"* {s['documents']:,} documents, {what}: {msg.splitlines()[0]}")
-        for name, x in (s.get("rows") or {}).items():
-            if x.get("recall_paths"):
-                lines.append(f"* {s['documents']:,} documents, {name}: recall path per store (queries): "
-                             + "; ".join(f"{k} ({v})" for k, v in _grouped_paths(x["recall_paths"]).items()))
-        o, lr = (s.get("ours") or {}).get("ingest"), (s.get("lightrag") or {}).get("ingest")
-        if o and lr:
-            lines.append(f"* {s['documents']:,} documents: our index holds {o['counts'].get('entities', 0):,} entity "
-                         f"and {o['counts'].get('relations', 0):,} relation items; LightRAG looked up "
-                         f"{lr['vectors_looked_up']:,} vectors at ingest (chunks + entities after its per-call "
-                         "de-duplication + relations).")
-    lines += ["", "Ingest peak RSS is the ingest process's VmHWM (ours includes torch, about "
-              f"{_mib(rep.get('ours_import_rss'))} MiB after imports; LightRAG's includes its imports, about "
-              f"{_mib(rep.get('lightrag_import_rss'))} MiB, and its memory-mapped lookup table). Our vectors are "
-              "memory-mapped after open: file-backed pages count in RSS once touched and are page cache the "
-              "kernel can drop; the anonymous part cannot be.", ""]
-    lines += ["## Handicaps", "", "LightRAG:", ""] + [f"* {h}" for h in HANDICAPS_LIGHTRAG]
-    lines += ["", "Ours:", ""] + [f"* {h}" for h in HANDICAPS_OURS]
-    found = findings(rep)
-    if found:
-        lines += ["", "## Findings (computed)", ""] + [f"* {x}" for x in found]
-    notes = rep.get("notes") or []
-    if notes:
-        lines += ["", "## Notes", ""] + [f"* {x}" for x in notes]
-    lines += ["", f"Plot: `{rep['plot']}` (p50 of one query vs documents, log-log; source-document hit rate beside it)."]
-    return "\n".join(lines) + "\n"
-
-
 def _grouped_paths(paths: dict[str, int]) -> dict[str, int]:
     """Recall paths with the per-query part of an adaptive budget left out (items scored,
     centroids probed), so that queries taking the same path count together."""
-    import re
     out: dict[str, int] = {}
     for k, v in paths.items():
         k = re.sub(r"adaptive budget: [^;]*", "adaptive budget", k)
@@ -983,19 +761,17 @@ def findings(rep: dict) -> list[str]:
     for s in rep["sizes"]:
         n, rows = s["documents"], s.get("rows") or {}
         lr = rows.get(REFERENCE)
-        for name in [k for k in rows if k.startswith("ours")]:
-            x = rows[name]
+        for name, x in [(k, v) for k, v in rows.items() if k.startswith("ours") and v.get("batch_qps")]:
             single_qps = 1e3 / x["mean_ms"]
-            if x.get("batch_qps"):
-                out.append(f"{n:,} documents, {name}: batches of {x['batch_size']} serve {x['batch_qps']:.1f} QPS, "
-                           f"{x['batch_qps'] / single_qps:.2f}x its one-at-a-time rate ({single_qps:.1f} QPS from the "
-                           f"mean latency {x['mean_ms']:.0f} ms)" + (f"; LightRAG local: {lr['batch_qps']:.1f} vs "
-                                                                     f"{1e3 / lr['mean_ms']:.1f}." if lr else "."))
+            out.append(f"{n:,} documents, {name}: batches of {x['batch_size']} serve {x['batch_qps']:.1f} QPS, "
+                       f"{x['batch_qps'] / single_qps:.2f}x its one-at-a-time rate ({single_qps:.1f} QPS from the "
+                       f"mean latency {x['mean_ms']:.0f} ms)" + (f"; LightRAG local: {lr['batch_qps']:.1f} vs "
+                                                                 f"{1e3 / lr['mean_ms']:.1f}." if lr else "."))
         ours, hy = rows.get("ours"), rows.get(HIT_REFERENCE)
         if ours and hy and lr:
+            widest = max(v["context_documents_mean"] for k, v in rows.items() if k.startswith("lightrag"))
             out.append(f"{n:,} documents: a context of ours names {ours['context_documents_mean']:.1f} documents on "
-                       f"average, LightRAG's {lr['context_documents_mean']:.1f} (local) to "
-                       f"{max(v['context_documents_mean'] for k, v in rows.items() if k.startswith('lightrag')):.1f}; "
+                       f"average, LightRAG's {lr['context_documents_mean']:.1f} (local) to {widest:.1f}; "
                        f"its hit rate is drawn from a wider net. Counting its chunks alone, LightRAG hybrid finds the "
                        f"source {hy.get('hit_rate_by_section', {}).get('chunks', float('nan')):.2f} of the time, "
                        f"ours (sources alone) {ours.get('hit_rate_by_section', {}).get('chunks', float('nan')):.2f}.")
@@ -1013,109 +789,204 @@ def _why_missing(s: dict, row: str) -> str:
     return "-"
 
 
-def _index_row(n, side, ingest_s, parts, embed_s, hwm, disk, serving) -> str:
-    sv = serving or {}
-    aq = sv.get("after_queries") or {}
-    ao = sv.get("after_open") or {}
-    imported = (sv.get("ready") or {}).get("rss_after_import_bytes")
-    grown = None if imported is None or not ao else ao["rss_bytes"] - imported
-    return (f"| {n:,} | {side} | {ingest_s:.1f} | {parts} | {_f(embed_s, 1)} | {_mib(hwm)} | {_mib(disk['bytes'])} | "
-            f"{disk['files']} | {_f(sv.get('open_s'))} | {_mib(ao.get('rss_bytes'))} ({_mib(grown)}) | "
-            f"{_mib(aq.get('rss_bytes'))} ({_mib(aq.get('rss_anon_bytes'))} + {_mib(aq.get('rss_file_bytes'))}) |")
-
-
 def targets(rep: dict) -> list[dict]:
     """The issue's targets (for later work; measured here only), per size and our row:
     one query p50 >= 3x faster than LightRAG local (10k and 100k), batched QPS >= 10x
     LightRAG local's (10k), disk and serving RSS (after queries) <= LightRAG's (every size)."""
-    checks = [("one query p50 >= 3x faster than LightRAG local", "p50_speedup_vs_lightrag_local", 3.0, "x",
-               lambda n: n >= 10000),
-              ("batched QPS >= 10x LightRAG local's", "batched_qps_ours_over_lightrag_local", 10.0, "x",
-               lambda n: n == 10000),
-              ("disk <= LightRAG's (LightRAG / ours)", "disk_lightrag_over_ours", 1.0, "", lambda n: True),
-              ("serving RSS <= LightRAG's (LightRAG / ours, after queries)", "rss_after_queries_lightrag_over_ours", 1.0,
-               "", lambda n: True)]
-    rows = [name for name, _, _ in OUR_ROWS if any(name in (s.get("rows") or {}) for s in rep["sizes"])] or ["ours"]
     out = []
-    for what, key, need, unit, applies in checks:
-        for s in rep["sizes"]:
-            n = s["documents"]
-            if not applies(n):
-                continue
+    for what, key, need, unit, applies in TARGETS:
+        for s in [s for s in rep["sizes"] if applies(s["documents"])]:
             values = {}
-            for row in rows:
-                x = (s.get("ratios") or {}).get(row)
-                if not x:
-                    values[row] = {"value": None, "verdict": _why_missing(s, row)}
-                else:
-                    v = x[key]
-                    values[row] = {"value": v, "verdict": "met" if v >= need else "NOT met", "unit": unit}
-            out.append({"what": what, "documents": n, "values": values})
+            for row in _row_names(rep):
+                v = ((s.get("ratios") or {}).get(row) or {}).get(key)
+                values[row] = ({"value": None, "verdict": _why_missing(s, row)} if v is None else
+                               {"value": v, "verdict": "met" if v >= need else "NOT met", "unit": unit})
+            out.append({"what": what, "documents": s["documents"], "values": values})
     return out
 
 
-def plot(rep: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _row_names(rep: dict) -> list[str]:
+    """Our rows measured at some size (["ours"] when none was)."""
+    return [name for name, _, _ in OUR_ROWS if any(name in (s.get("rows") or {}) for s in rep["sizes"])] or ["ours"]
 
-    names = []
-    for s in rep["sizes"]:
-        for k in s.get("rows") or {}:
-            if k not in names:
-                names.append(k)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.6))
+
+def _index_row(n: int, name: str, ingest_s: float, parts: str, embed_s, hwm, disk: dict, serving) -> dict:
+    """A row of the "Indexes and processes" table."""
+    sv = serving or {}
+    aq, ao = sv.get("after_queries") or {}, sv.get("after_open") or {}
+    imported = (sv.get("ready") or {}).get("rss_after_import_bytes")
+    grown = None if imported is None or not ao else ao["rss_bytes"] - imported
+    return {"n": f"{n:,}", "side": name, "ingest": f"{ingest_s:.1f}", "parts": parts, "embed": _f(embed_s, 1),
+            "hwm": _mib(hwm), "disk": _mib(disk["bytes"]), "files": disk["files"], "open": _f(sv.get("open_s")),
+            "after_open": f"{_mib(ao.get('rss_bytes'))} ({_mib(grown)})",
+            "after_queries": f"{_mib(aq.get('rss_bytes'))} ({_mib(aq.get('rss_anon_bytes'))} + "
+                             f"{_mib(aq.get('rss_file_bytes'))})"}
+
+
+def index_rows(s: dict) -> list[dict]:
+    """Ours, our prefilter-carrying copy (per row over it) and LightRAG at one size."""
+    n, o, lr, sv = s["documents"], s.get("ours") or {}, s.get("lightrag") or {}, s.get("serving") or {}
+    out = []
+    if "ingest" in o:
+        i = o["ingest"]
+        out.append(_index_row(n, "ours", i["ingest_s"], f"graphs {i['graph_s']:.1f}, commits {i['commit_s']:.1f}",
+                              i["embed_s"], i["hwm_bytes"], o["disk"], sv.get("ours")))
+    else:
+        out.append({"n": f"{n:,}", "side": "ours", "ingest": o.get("status", "-").splitlines()[0]})
+    if "prefilter" in o:
+        pf = o["prefilter"]
+        for name in [k for k in sv if k.startswith("ours") and _index_of(k) == "prefilter"] or ["ours-prefilter"]:
+            out.append(_index_row(n, name, o["ingest"]["ingest_s"] + pf["prefilter_s"],
+                                  f"+ prefilter build {pf['prefilter_s']:.1f}", None, pf["hwm_bytes"],
+                                  o["prefilter_disk"], sv.get(name)))
+    if "ingest" in lr:
+        i = lr["ingest"]
+        out.append(_index_row(n, "lightrag", i["ingest_s"],
+                              f"{len(i['batches_s'])} insert_custom_kg calls, last {i['batches_s'][-1]:.1f}",
+                              None, i["hwm_bytes"], lr["disk"], sv.get("lightrag")))
+    else:
+        out.append({"n": f"{n:,}", "side": "lightrag", "ingest": lr.get("status", "-").splitlines()[0]})
+    return out
+
+
+def size_notes(s: dict) -> list[str]:
+    """The memory check, failures, recall paths and item counts at one size."""
+    n, o, lr = f"{s['documents']:,} documents", s.get("ours") or {}, s.get("lightrag") or {}
+    out = [f"{n}, our memory check: {o['fit_check']}."] if o.get("fit_check") else []
+    for what, msg in (("ours", o.get("status")), ("ours-prefilter", o.get("prefilter_status")),
+                      ("LightRAG", lr.get("status")), ("serving", s.get("serve_error"))):
+        if msg and msg != "ok":
+            out.append(f"{n}, {what}: {msg.splitlines()[0]}")
+    for name, x in (s.get("rows") or {}).items():
+        if x.get("recall_paths"):
+            out.append(f"{n}, {name}: recall path per store (queries): "
+                       + "; ".join(f"{k} ({v})" for k, v in _grouped_paths(x["recall_paths"]).items()))
+    if o.get("ingest") and lr.get("ingest"):
+        c = o["ingest"]["counts"]
+        out.append(f"{n}: our index holds {c.get('entities', 0):,} entity and {c.get('relations', 0):,} relation "
+                   f"items; LightRAG looked up {lr['ingest']['vectors_looked_up']:,} vectors at ingest (chunks + "
+                   "entities after its per-call de-duplication + relations).")
+    return out
+
+
+def intro(rep: dict, names: list[str]) -> list[str]:
+    """What was run (beyond the harness's header) and what our rows are."""
+    m = rep.get("env") or rep["machine"]  # "machine": a report older than the harness
+    return [
+        f"{m['memory_total_bytes'] / 2**30:.0f} GiB memory, {m['cpus_usable']} usable CPUs (shared with other jobs) · "
+        "LightRAG venv: " + ", ".join(f"{k} {v}" for k, v in m["lightrag_venv"].items())
+        + f" · {rep['total_s'] / 60:.1f} min. Settings: {json.dumps(rep['settings'])}", "",
+        f"Our rows: `ours` = `PipelineConfig()` (recall_ranker = `{rep['our_config'].get('recall_ranker')}`), "
+        "`ours-prefilter` = the same with `recall_ranker=\"prefilter\"` on a copy of the index that carries a "
+        "prefilter (`KnowledgeIndex.enable_prefilter()`; its build time is added to that row's ingest)"
+        + (", `ours-default-pf` = `PipelineConfig()` on that copy" if "ours-default-pf" in names else "") + ". "
+        f"Speed ratios are taken against `{REFERENCE}`, the hit rate against `{HIT_REFERENCE}` too.", "",
+        "See the docstring of `benchmarks/lightrag_peer.py` for the protocol (corpus, vectors, alternating "
+        "workers, what is timed).", ""]
+
+
+def _ratio_text(s: dict, row: str, key: str) -> str:
+    x = ((s.get("ratios") or {}).get(row) or {}).get(key)
+    if x is None:
+        return _why_missing(s, row)
+    return f"{x:.2f}" if key.startswith("hit") else f"{x:.2f}x"
+
+
+def _target_text(v: dict) -> str:
+    return v["verdict"] if v["value"] is None else f"{v['value']:.2f}{v.get('unit', '')} ({v['verdict']})"
+
+
+def ratio_tables(rep: dict, names: list[str]) -> list[str]:
+    """The ratios (one column per size and our row) and the targets."""
+    cols = {f"{s['documents']:,} {row}": (s, row) for s in rep["sizes"] for row in names}
+    rows = [{"measure": label, **{c: _ratio_text(s, row, key) for c, (s, row) in cols.items()}}
+            for key, label in RATIO_LABELS.items()]
+    lines = ["## Ratios", "", "Above 1 favours ours everywhere: LightRAG / ours for latency, time, bytes and RSS; "
+             "ours / LightRAG for QPS.", "", *h.table([("measure", "measure")] + [(c + ":", c) for c in cols], rows)]
+    if rep.get("targets"):
+        names = list(rep["targets"][0]["values"])
+        rows = [{"target": t["what"], "documents": f"{t['documents']:,}",
+                 **{row: _target_text(t["values"][row]) for row in names}} for t in rep["targets"]]
+        lines += ["", "### Targets (for later work; measured here only)", "",
+                  *h.table([("target", "target"), ("documents:", "documents")] + [(row, row) for row in names], rows)]
+    return lines
+
+
+def _by_section(key: str):
+    return lambda x: _f((x.get("hit_rate_by_section") or {}).get(key))
+
+
+def row_tables(rep: dict) -> list[str]:
+    """Latency, throughput and hit rates per size and row; the hit rate by context section."""
+    rows = [{"n": f"{s['documents']:,}", "row": k, **x} for s in rep["sizes"] for k, x in (s.get("rows") or {}).items()]
+    return ["## Per row", "", *h.table([
+        ("documents:", "n"), ("row", "row"), ("queries:", "queries"), ("p50 ms:", lambda x: _f(x["p50_ms"])),
+        ("p99 ms:", lambda x: _f(x["p99_ms"])), ("batch 64 p50 ms:", lambda x: _f(x.get("batch_p50_ms"), 0)),
+        ("batched QPS:", lambda x: _f(x.get("batch_qps"), 1)), ("hit rate:", lambda x: f"{x['hit_rate']:.2f}"),
+        ("recall hit rate:", lambda x: _f(x.get("recall_hit_rate"))),
+        ("docs in context:", lambda x: f"{x['context_documents_mean']:.1f}"),
+        ("context words:", lambda x: f"{x['context_words_mean']:,.0f}")], rows), "",
+        "Source-document hit rate by context section (the source among the documents of that section alone; "
+        "ours: entities, relations, sources; LightRAG: entities, relationships, chunks):", "",
+        *h.table([("documents:", "n"), ("row", "row"), ("any section:", lambda x: f"{x['hit_rate']:.2f}"),
+                  ("entities:", _by_section("entities")), ("relations:", _by_section("relations")),
+                  ("chunks / sources:", _by_section("chunks"))], rows)]
+
+
+def index_table(rep: dict) -> list[str]:
+    """Ingest, disk, open and RSS per size and index, with the notes that go with them."""
+    return ["## Indexes and processes", "", *h.table([
+        ("documents:", "n"), ("side", "side"), ("ingest s:", "ingest"), ("of which", "parts"),
+        ("embed s (apart):", "embed"), ("ingest peak RSS MiB:", "hwm"), ("disk MiB:", "disk"), ("files:", "files"),
+        ("open s:", "open"), ("RSS after open MiB (beyond imports):", "after_open"),
+        ("RSS after queries MiB (anon + file):", "after_queries")], [r for s in rep["sizes"] for r in index_rows(s)]),
+        "", *[f"* {x}" for s in rep["sizes"] for x in size_notes(s)], "",
+        "Ingest peak RSS is the ingest process's VmHWM (ours includes torch, about "
+        f"{_mib(rep.get('ours_import_rss'))} MiB after imports; LightRAG's includes its imports, about "
+        f"{_mib(rep.get('lightrag_import_rss'))} MiB, and its memory-mapped lookup table). Our vectors are "
+        "memory-mapped after open: file-backed pages count in RSS once touched and are page cache the "
+        "kernel can drop; the anonymous part cannot be."]
+
+
+def to_markdown(rep: dict) -> list[str]:
+    """The report's body (below the environment header)."""
+    names = _row_names(rep)
+    return [*intro(rep, names), *ratio_tables(rep, names), "", *row_tables(rep), "", *index_table(rep), "",
+            "## Handicaps", "", "LightRAG:", "", *[f"* {x}" for x in HANDICAPS_LIGHTRAG], "", "Ours:", "",
+            *[f"* {x}" for x in HANDICAPS_OURS], "", *h.section("Findings (computed)", findings(rep)),
+            *h.section("Notes", rep.get("notes") or []),
+            f"Plot: `{rep['plot']}` (p50 of one query vs documents, log-log; source-document hit rate beside it)."]
+
+
+def plot(rep: dict, path: pathlib.Path) -> str | None:
+    """p50 of one query and the source-document hit rate against documents, one line per row."""
+    plt, note = h.matplotlib_or_note()
+    if plt is None:
+        return note
+    m = rep.get("env") or rep["machine"]
+    names = list(dict.fromkeys(k for s in rep["sizes"] for k in s.get("rows") or {}))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     styles = {"ours": ("C0", "o-"), "ours-prefilter": ("C0", "s--"), "ours-default-pf": ("C9", "D-.")}
     for j, name in enumerate(names):
-        xs = [s["documents"] for s in rep["sizes"] if name in (s.get("rows") or {})]
-        ys = [s["rows"][name]["p50_ms"] for s in rep["sizes"] if name in (s.get("rows") or {})]
-        hs = [s["rows"][name]["hit_rate"] for s in rep["sizes"] if name in (s.get("rows") or {})]
+        sizes = [s for s in rep["sizes"] if name in (s.get("rows") or {})]
         color, style = styles.get(name, (f"C{j + 1}", "^-" if "local" in name else "v:"))
-        ax.plot(xs, ys, style, color=color, label=name)
-        bx.plot(xs, hs, style, color=color, label=name)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("documents")
-    ax.set_ylabel("p50 ms, one query at a time")
-    ax.set_title("latency vs index size")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    bx.set_xscale("log")
-    bx.set_ylim(0, 1.02)
-    bx.set_xlabel("documents")
-    bx.set_ylabel("source document in the context")
-    bx.set_title("source-document hit rate")
-    bx.legend(fontsize=8)
-    bx.grid(True, alpha=0.3)
-    fig.suptitle(f"ours vs LightRAG 1.5.7, same corpus and vectors, no LLM ({rep['machine']['cpu_model']}, "
-                 f"{rep['machine']['cpus_usable']} CPUs, shared)", fontsize=9)
+        for ax, key in zip(axes, ("p50_ms", "hit_rate")):
+            ax.plot([s["documents"] for s in sizes], [s["rows"][name][key] for s in sizes], style, color=color,
+                    label=name)
+    for ax, ylabel, title in zip(axes, ("p50 ms, one query at a time", "source document in the context"),
+                                 ("latency vs index size", "source-document hit rate")):
+        ax.set_xscale("log")
+        ax.set(xlabel="documents", ylabel=ylabel, title=title)
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[1].set_ylim(0, 1.02)
+    fig.suptitle(f"ours vs LightRAG 1.5.7, same corpus and vectors, no LLM ({m['cpu_model']}, "
+                 f"{m['cpus_usable']} CPUs, shared)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def machine_info(lr_py: pathlib.Path) -> dict:
-    import numpy
-    import torch
-
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu_model": cpu, "cpu_count": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
-            "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "loadavg_start": os.getloadavg(), "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": numpy.__version__, "COLGRAPH_NUM_THREADS": os.environ.get("COLGRAPH_NUM_THREADS"),
-            "git_commit": git("rev-parse", "HEAD"), "git_commit_short": git("rev-parse", "--short", "HEAD"),
-            "engine_changes_uncommitted": git("status", "--porcelain", "--", "colgraph_engine", "csrc") or "",
-            "lightrag_venv": package_versions(str(lr_py), ["lightrag-hku", "numpy", "nano-vectordb", "networkx"])}
+    return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -1123,9 +994,8 @@ def machine_info(lr_py: pathlib.Path) -> dict:
 # ------------------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = h.parser(__doc__, out=None)
     p.add_argument("--docs", type=int, nargs="+", default=[1000, 10000], help="index sizes (documents)")
-    p.add_argument("--quick", action="store_true", help="200 documents, 20 queries, 1 batch (a smoke check)")
     p.add_argument("--queries", type=int, default=120, help="single queries timed per row and size")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
@@ -1142,34 +1012,43 @@ def parse_args(argv=None):
                    help="stop an ingest (either side) that runs longer, and report it as too slow (0: no limit)")
     p.add_argument("--keep", action="store_true", help="keep the built indexes under benchmarks/.cache/lightrag_peer")
     p.add_argument("--venv", type=pathlib.Path, default=CACHE / "venv", help="LightRAG's virtual environment")
-    p.add_argument("--out", type=pathlib.Path, default=None,
-                   help="default: benchmarks/results (--quick: benchmarks/.cache/lightrag_peer/results, not committed)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--from-json", type=pathlib.Path, default=None,
                    help="write the .md and .png again from a saved .json (no measuring)")
     a = p.parse_args(argv)
-    if a.quick:
+    if a.quick:  # 200 documents, 20 queries, 1 batch (a smoke check)
         a.docs, a.queries, a.batches, a.batch_size, a.warmup = [200], 20, 1, 16, 2
     if a.out is None:
-        a.out = CACHE / "results" if a.quick else HERE / "results"
+        a.out = CACHE / "results" if a.quick else h.RESULTS
     return a
+
+
+def write_report(rep: dict, out: pathlib.Path, stem: str) -> None:
+    """The .png, .md and .json of `rep`; the environment header is the one stored in `rep`
+    (made when it was measured), or for a report older than the harness, one line of its machine."""
+    m = rep.get("env") or rep["machine"]
+    head = rep.get("header") or [f"- machine: {m['cpu_model']}; commit {m.get('git_commit_short')}; {rep.get('date')}",
+                                 f"- command: `{rep['command']}`"]
+    note = plot(rep, out / f"{stem}.png")
+    if note and note not in rep["notes"]:
+        rep["notes"].append(note)
+    h.write(stem, TITLE, to_markdown(rep), rep, out, e=m, command=rep["command"], head=head)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("_ours-serve", *ROLES):
-        return _role_main(argv[0], argv[1:])
+    if argv and argv[0] in ROLES:
+        result = ROLES[argv[0]](role_args(argv[1:]))
+        if result is not None:  # the one-shot roles end with their result line
+            print(json.dumps({"result": result}, default=str), flush=True)
+        return 0
     args = parse_args(argv)
     if args.from_json is not None:
         rep = json.loads(args.from_json.read_text())
-        rep["notes"] = [x for x in rep.get("notes", []) if x not in EXTRA_NOTES] + EXTRA_NOTES
-        args.from_json.write_text(json.dumps(rep, indent=1, default=str))
-        stem = args.from_json.with_suffix("")
-        plot(rep, stem.with_suffix(".png"))
-        stem.with_suffix(".md").write_text(to_markdown(rep))
-        print(f"wrote {stem}.md and .png from {args.from_json}")
+        rep.setdefault("notes", [])
+        write_report(rep, args.from_json.parent, args.from_json.stem)
         return 0
-    os.environ.setdefault("COLGRAPH_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    os.environ.setdefault("COLGRAPH_NUM_THREADS", str(h.usable_cores()))
     from colgraph_engine.kg import Encoders
     from colgraph_engine.pipeline import PipelineConfig
 
@@ -1178,39 +1057,26 @@ def main(argv=None) -> int:
     encoders = Encoders.offline(text_dim=TEXT_DIM)
     base = {"ours_interpreter_s": interpreter_start_s(sys.executable),
             "lightrag_interpreter_s": interpreter_start_s(str(lr_py))}
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "machine": machine_info(lr_py), "command": " ".join([".venv/bin/python", "benchmarks/lightrag_peer.py"] + argv),
+    e = h.env(lightrag_venv=package_versions(str(lr_py), ["lightrag-hku", "numpy", "nano-vectordb", "networkx"]))
+    rep = {"env": e, "command": h.command_line(), "interpreter_start_s": base, "our_config": PipelineConfig().as_dict(),
            "settings": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()
                         if k not in ("out", "venv", "no_progress")},
-           "interpreter_start_s": base, "our_config": PipelineConfig().as_dict(), "lightrag_rows": LIGHTRAG_ROWS,
-           "sizes": [], "notes": []}
+           "lightrag_rows": LIGHTRAG_ROWS, "sizes": [], "notes": []}
     measured: list[dict] = []
     for n in sorted(set(args.docs)):
         rep["sizes"].append(run_size(n, args, encoders, lr_py, base, measured))
-    ing = [s["ours"]["ingest"] for s in rep["sizes"] if "ingest" in (s.get("ours") or {})]
-    lig = [s["lightrag"]["ingest"] for s in rep["sizes"] if "ingest" in (s.get("lightrag") or {})]
-    rep["ours_import_rss"] = ing[0]["rss_after_import_bytes"] if ing else None
-    rep["lightrag_import_rss"] = lig[0]["rss_after_import_bytes"] if lig else None
+    for k in ("ours", "lightrag"):
+        first = next((s[k]["ingest"] for s in rep["sizes"] if "ingest" in s[k]), None)
+        rep[f"{k}_import_rss"] = None if first is None else first["rss_after_import_bytes"]
     rep["targets"] = targets(rep)
-    rep["loadavg_end"] = os.getloadavg()
     rep["total_s"] = time.perf_counter() - t_start
-    stem = "lightrag_peer_quick" if args.quick else "lightrag_peer"
-    args.out.mkdir(parents=True, exist_ok=True)
-    rep["plot"] = f"benchmarks/results/{stem}.png" if args.out == HERE / "results" else str(args.out / f"{stem}.png")
-    rep["notes"] += EXTRA_NOTES
-    (args.out / f"{stem}.json").write_text(json.dumps(rep, indent=1, default=str))
-    try:
-        plot(rep, args.out / f"{stem}.png")
-    except ImportError as exc:
-        rep["notes"].append(f"no plot: {exc}")
-    md = to_markdown(rep)
-    (args.out / f"{stem}.md").write_text(md)
-    print(md)
+    stem = h.stem("lightrag_peer", args)
+    png = args.out / f"{stem}.png"
+    rep["plot"] = f"benchmarks/results/{stem}.png" if args.out == h.RESULTS else str(png)
+    rep["header"] = h.header(e, rep["command"])  # kept, so that --from-json writes the same header
+    write_report(rep, args.out, stem)
     print(f"total {rep['total_s']:.0f} s; wrote {args.out / stem}.{{md,json,png}}")
     return 0
-
-
-EXTRA_NOTES: list[str] = []
 
 
 if __name__ == "__main__":
