@@ -10,21 +10,20 @@ positive and true negative rates) over all pairs; the report also gives the scor
 
     .venv/bin/python benchmarks/calibrate_filter.py [--encoders offline,minilm] [--entities 400]
 
-Writes benchmarks/results/filter_calibration.md and .json.
+Writes benchmarks/results/filter_calibration.md and .json (``--out`` changes the folder).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import platform
+import pathlib
 import random
-import time
-from pathlib import Path
+import sys
 
 import numpy as np
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+
 SYLLABLES = "ka ri to mo na shi ve lo ran tek bor quin dal ser vio mar gus hel".split()
 WORDS = ("river mountain station company festival museum bridge village engineer painter rocket library harbour "
          "factory school temple island railway orchestra garden tower market bank theatre stadium").split()
@@ -36,6 +35,7 @@ TEMPLATES = [
 
 
 def make_entities(n: int, rng: random.Random) -> list[tuple[str, str]]:
+    """`n` ``(name, description)`` pairs, names of 1-2 made-up words, sorted by name."""
     names = set()
     while len(names) < n:
         words = [("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))).capitalize()
@@ -44,12 +44,12 @@ def make_entities(n: int, rng: random.Random) -> list[tuple[str, str]]:
     out = []
     for name in sorted(names):
         w1, w2 = rng.sample(WORDS, 2)
-        desc = f"{name} is a {w1} that {rng.choice(VERBS)} the {w2} in {rng.randint(1850, 2020)}."
-        out.append((name, desc))
+        out.append((name, f"{name} is a {w1} that {rng.choice(VERBS)} the {w2} in {rng.randint(1850, 2020)}."))
     return out
 
 
 def make_questions(entities, n: int, rng: random.Random) -> list[tuple[str, set[int]]]:
+    """`n` ``(question, indices of the entities it names)`` from :data:`TEMPLATES`."""
     qs = []
     for _ in range(n):
         a, b = rng.sample(range(len(entities)), 2)
@@ -61,6 +61,7 @@ def make_questions(entities, n: int, rng: random.Random) -> list[tuple[str, set[
 
 
 def encoder_sets(names):
+    """``(name, text encoder)`` for each name that loads here (MiniLM needs its model package)."""
     from colgraph_engine.kg import Encoders
     for name in names:
         if name == "offline":
@@ -73,7 +74,12 @@ def encoder_sets(names):
                 print(f"minilm skipped: {exc}")
 
 
+def quantiles(x: np.ndarray) -> dict[int, float]:
+    return {p: round(float(np.quantile(x, p / 100)), 4) for p in (1, 5, 50, 95, 99)}
+
+
 def calibrate(text_encoder, entities, questions) -> dict:
+    """The threshold of best balanced accuracy over all (question, entity) cosines, with its rates."""
     e = torch.nn.functional.normalize(text_encoder([f"{n}: {d}" for n, d in entities]).float(), dim=1)
     q = torch.nn.functional.normalize(text_encoder([t for t, _ in questions]).float(), dim=1)
     s = (q @ e.T).numpy()
@@ -81,20 +87,19 @@ def calibrate(text_encoder, entities, questions) -> dict:
     for i, (_, named) in enumerate(questions):
         rel[i, list(named)] = True
     pos, neg = s[rel], s[~rel]
-    grid = np.unique(np.round(np.concatenate([pos, neg]), 3))
     best_t, best_acc = 0.5, -1.0
-    for t in grid:
+    for t in np.unique(np.round(np.concatenate([pos, neg]), 3)):
         acc = 0.5 * ((pos > t).mean() + (neg <= t).mean())
         if acc > best_acc:
             best_t, best_acc = float(t), float(acc)
-    q_ = lambda x: {p: round(float(np.quantile(x, p / 100)), 4) for p in (1, 5, 50, 95, 99)}  # noqa: E731
     return {"encoder": text_encoder.name, "threshold": round(best_t, 3), "balanced_accuracy": round(best_acc, 4),
             "tpr": round(float((pos > best_t).mean()), 4), "tnr": round(float((neg <= best_t).mean()), 4),
-            "relevant_quantiles": q_(pos), "other_quantiles": q_(neg), "pairs": [int(pos.size), int(neg.size)]}
+            "relevant_quantiles": quantiles(pos), "other_quantiles": quantiles(neg),
+            "pairs": [int(pos.size), int(neg.size)]}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__, quick=False)
     ap.add_argument("--encoders", default="offline,minilm")
     ap.add_argument("--entities", type=int, default=400)
     ap.add_argument("--questions", type=int, default=300)
@@ -104,21 +109,15 @@ def main(argv=None) -> int:
     entities = make_entities(args.entities, rng)
     questions = make_questions(entities, args.questions, rng)
     rows = [calibrate(enc, entities, questions) for _, enc in encoder_sets(args.encoders.split(","))]
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.processor() or platform.machine(),
-            "entities": len(entities), "questions": len(questions), "seed": args.seed}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "filter_calibration.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    lines = ["# Relevance-filter threshold calibration", "",
-             f"{meta['date']}; {len(entities)} generated entities, {len(questions)} template questions, seed "
-             f"{args.seed}; `benchmarks/calibrate_filter.py`.", "",
-             "| encoder | threshold | balanced acc. | TPR | TNR | relevant p5 / p50 | other p95 / p99 |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['encoder']} | {r['threshold']} | {r['balanced_accuracy']} | {r['tpr']} | {r['tnr']} | "
-                     f"{r['relevant_quantiles'][5]} / {r['relevant_quantiles'][50]} | "
-                     f"{r['other_quantiles'][95]} / {r['other_quantiles'][99]} |")
-    (RESULTS / "filter_calibration.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    meta = {"entities": len(entities), "questions": len(questions), "seed": args.seed}
+    body = [f"{len(entities)} generated entities, {len(questions)} template questions, seed {args.seed}.", "",
+            *h.table([("encoder", "encoder"), ("threshold:", "threshold"), ("balanced acc.:", "balanced_accuracy"),
+                      ("TPR:", "tpr"), ("TNR:", "tnr"),
+                      ("relevant p5 / p50:", lambda r: f"{r['relevant_quantiles'][5]} / {r['relevant_quantiles'][50]}"),
+                      ("other p95 / p99:", lambda r: f"{r['other_quantiles'][95]} / {r['other_quantiles'][99]}")],
+                     rows)]
+    h.write("filter_calibration", "Relevance-filter threshold calibration", body, {"meta": meta, "rows": rows},
+            args.out)
     return 0
 
 

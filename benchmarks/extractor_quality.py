@@ -41,29 +41,26 @@ Writes ``results/extractor_quality.md`` and ``.json``.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
-import os
 import pathlib
-import platform
 import random
 import re
 import statistics
-import subprocess
 import sys
-import time
 import zlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
-from colgraph_engine.eval.pdf import clean_layer_text  # noqa: E402
+import _harness as h  # noqa: E402
+from colgraph_engine.eval.pdf import page_count, render_pdf  # noqa: E402
 from colgraph_engine.kg import CooccurrenceExtractor, PhraseExtractor, parse_extraction  # noqa: E402
 
 DOCS = HERE.parent.parent / "shared" / "data" / "mmlongbench-dev" / "documents"
 LABELS = HERE / "extractor_labels.json"
 SAMPLE_PER_VIEW = 80  # names drawn per extractor and view for labelling (160 per extractor)
+VIEWS = ("lines", "flowed")
 
 # Ours: an English stop list for the junk test, written for this benchmark (function words,
 # pronouns, auxiliaries, common sentence-initial adverbs); neither extractor reads it.
@@ -78,19 +75,7 @@ using based derived following given see note first second third finally overall 
 
 def pick_pages(path: pathlib.Path, per_doc: int) -> list[tuple[int, str]]:
     """``[(page number, text layer)]``: `per_doc` pages with >= 200 characters, seeded by name."""
-    import pypdfium2 as pdfium
-
-    doc = pdfium.PdfDocument(str(path))
-    try:
-        texts = []
-        for i in range(len(doc)):
-            page = doc[i]
-            tp = page.get_textpage()
-            texts.append(clean_layer_text(tp.get_text_range()))
-            tp.close()
-            page.close()
-    finally:
-        doc.close()
+    texts = [p.text for p in render_pdf(path, with_images=False)]  # the cleaned text layer, line breaks kept
     good = [i for i, t in enumerate(texts) if len(t.strip()) >= 200]
     rng = random.Random(zlib.crc32(path.name.encode()))
     chosen = sorted(rng.sample(good, min(per_doc, len(good))))
@@ -149,17 +134,9 @@ def measure(extractor, pages: list[dict], view: str) -> dict:
 
 
 def speed(extractors: dict, pages: list[dict], repeats: int) -> dict:
-    texts = [p["views"][v] for p in pages for v in ("lines", "flowed")]
-    rounds = {k: [] for k in extractors}
-    for k, ex in extractors.items():
-        for t in texts[:5]:
-            ex(t)  # warm-up
-    for _ in range(repeats):
-        for k, ex in extractors.items():
-            t0 = time.perf_counter()
-            for t in texts:
-                ex(t)
-            rounds[k].append(time.perf_counter() - t0)
+    """Pages per second of each extractor over every page view, rounds interleaved (median round)."""
+    texts = [p["views"][v] for p in pages for v in VIEWS]
+    rounds = h.paired({k: (lambda ex=ex: [ex(t) for t in texts]) for k, ex in extractors.items()}, repeats)
     return {k: {"pages_per_s": len(texts) / statistics.median(v), "seconds": v} for k, v in rounds.items()}
 
 
@@ -172,12 +149,7 @@ def caption_links(files: list[pathlib.Path], n_docs: int) -> dict:
     for f in files:
         if len(rows) >= n_docs:
             break
-        import pypdfium2 as pdfium
-
-        pdf = pdfium.PdfDocument(str(f))
-        n_pages = len(pdf)
-        pdf.close()
-        if n_pages > 30:
+        if page_count(f) > 30:
             continue  # keep the run short: papers and brochures, not 160-page filings
         doc = read_pdf(f, render_pages=True, scale=0.3).document
         embedded = [im.ref for im in doc.images if "-image-" in im.ref] if doc is not None else []
@@ -191,19 +163,6 @@ def caption_links(files: list[pathlib.Path], n_docs: int) -> dict:
                      "caption_edges": edges})
     return {"documents": rows, "embedded_images": sum(r["embedded_images"] for r in rows),
             "captioned": sum(r["captioned"] for r in rows), "caption_edges": sum(r["caption_edges"] for r in rows)}
-
-
-def header() -> dict:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
-                            text=True).stdout.strip()
-    cpu = platform.machine()
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{cpu}, {os.cpu_count()} CPUs", "commit": commit or "unknown",
-            "threads": "1 (pure Python, single thread)", "load": "%.2f %.2f %.2f" % os.getloadavg()}
 
 
 def draw_sample(results: dict, old_labels: dict) -> dict:
@@ -234,15 +193,64 @@ def draw_heldout(results: dict, labels: dict, ex: str) -> dict:
 
 def precision(marks_by_key: dict) -> dict:
     out = {}
-    for view in ("all", "lines", "flowed"):
+    for view in ("all", *VIEWS):
         marks = [v for k, v in marks_by_key.items() if v is not None and (view == "all" or k.startswith(view + "|"))]
         out[view] = {"labelled": len(marks), "correct": sum(bool(v) for v in marks),
                      "precision": sum(bool(v) for v in marks) / len(marks) if marks else None}
     return out
 
 
+def pct(p: dict) -> str:
+    return "n/a" if p["precision"] is None else f"{p['precision']:.1%} ({p['correct']}/{p['labelled']})"
+
+
+def measure_table(results: dict) -> list[str]:
+    """The per extractor and view table of :func:`measure`'s figures."""
+    rows = [{"extractor": k, "view": v, **m, **m["junk"]} for k, r in results.items() for v, m in r.items()]
+    return h.table([("extractor", "extractor"), ("view", "view"),
+                    ("entities/page:", h.cell("entities_per_page", ".1f")),
+                    ("junk share:", h.cell("junk_share", ".1%")), ("stop words:", "stop word"),
+                    ("sentence openers:", "sentence opener"), ("runs > 6 words:", "run over 6 words"),
+                    ("relations:", "relations"), ('"co-occurs" share:', h.cell("cooccurs_share", ".1%")),
+                    ("mean description (words):", h.cell("mean_description_words", ".1f")),
+                    ("shared descriptions:", h.cell("shared_description_share", ".1%"))], rows)
+
+
+def precision_table(results: dict, prec: dict, heldout: dict) -> list[str]:
+    """Precision per extractor and sample (first, held-out), with correct entities per page."""
+    rows = [{"extractor": k, "sample": sample, "pr": pr, "est": " / ".join(
+                f"{results[k][v]['entities_per_page'] * (pr[v]['precision'] or 0.0):.1f}" for v in VIEWS)}
+            for k in results for sample, pr in (("first", prec[k]), ("held-out", heldout.get(k))) if pr is not None]
+    return h.table([("extractor", "extractor"), ("sample", "sample"),
+                    ("labelled:", lambda r: str(r["pr"]["all"]["labelled"])),
+                    ("correct:", lambda r: str(r["pr"]["all"]["correct"])),
+                    ("precision:", lambda r: f"{r['pr']['all']['precision']:.1%}"),
+                    ("lines view:", lambda r: pct(r["pr"]["lines"])),
+                    ("flowed view:", lambda r: pct(r["pr"]["flowed"])),
+                    ("correct entities/page (est., lines / flowed):", "est")], rows)
+
+
+def label_coverage(results: dict, labels: dict) -> dict:
+    """Share of labelled names each extractor still produces (labels judge names as they were drawn)."""
+    produced = {k: {f"{v}|{n['name']}" for v, m in r.items() for n in m["names"]} for k, r in results.items()}
+    return {f"{k} ({which})": sum(key in produced[k] for key in marks) / max(len(marks), 1)
+            for which, group in (("first", labels.get("labels", {})), ("held-out", labels.get("heldout", {})))
+            for k, marks in group.items() if k in produced}
+
+
+NOTES = ["Notes:", "",
+         "* Junk rules (module docstring) use a stop list written for this benchmark, independent of both "
+         "extractors' lexicons; \"US\" (the country) counts as a stop word there, and a one-word heading "
+         "line (\"Methodology\") counts as a sentence opener when the page also has the word in lower case.",
+         "* Precision: one labeller (the session's extractor helper, an AI agent), blind to which extractor "
+         "produced a name; the new extractor's rules were revised after its first sample, so its held-out "
+         "sample (drawn after the rules were frozen, names not in the first) is the unbiased figure. A sample "
+         "of 160 gives about +-7.5 points (95%) on a share near 60%.",
+         "* \"correct entities/page\" = entities per page of a view x that sample's precision in that view."]
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__, quick=False)
     ap.add_argument("--docs", type=pathlib.Path, default=DOCS)
     ap.add_argument("--pages-per-doc", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
@@ -250,7 +258,6 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", action="store_true", help="write the names to label into extractor_labels.json")
     ap.add_argument("--sample-heldout", action="store_true",
                     help="add a second sample of the new extractor's names (drawn after its rules were frozen)")
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = ap.parse_args(argv)
     files = sorted(args.docs.glob("*.pdf"))
     if not files:
@@ -258,7 +265,7 @@ def main(argv=None) -> int:
         return 2
     pages = [{"id": f"{f.name} p.{n}", "views": views(t)} for f in files for n, t in pick_pages(f, args.pages_per_doc)]
     extractors = {"old: CooccurrenceExtractor": CooccurrenceExtractor(), "new: PhraseExtractor": PhraseExtractor()}
-    results = {k: {v: measure(ex, pages, v) for v in ("lines", "flowed")} for k, ex in extractors.items()}
+    results = {k: {v: measure(ex, pages, v) for v in VIEWS} for k, ex in extractors.items()}
     labels = json.loads(LABELS.read_text()) if LABELS.exists() else {}
     if args.sample or args.sample_heldout:
         labels = draw_sample(results, labels) if args.sample else draw_heldout(results, labels, "new: PhraseExtractor")
@@ -267,78 +274,35 @@ def main(argv=None) -> int:
         return 0
     sp = speed(extractors, pages, args.repeats)
     old, new = extractors
-    info = header() | {"documents": len(files), "pages": len(pages), "views": ["lines", "flowed"]}
     prec = {k: precision(labels.get("labels", {}).get(k, {})) for k in extractors}
     heldout = {k: precision(v) for k, v in labels.get("heldout", {}).items()}
-    # labels judge names the extractor produced when they were drawn: say how many it still produces
-    produced = {k: {f"{v}|{n['name']}" for v, m in results[k].items() for n in m["names"]} for k in extractors}
-    coverage = {f"{k} ({which})": sum(key in produced[k] for key in marks) / max(len(marks), 1)
-                for which, group in (("first", labels.get("labels", {})), ("held-out", labels.get("heldout", {})))
-                for k, marks in group.items() if k in produced}
-    lines = ["# Offline extractors on real pages: CooccurrenceExtractor (old) vs PhraseExtractor (new)", "",
-             f"{info['date']} · {info['machine']} · commit {info['commit']} · threads: {info['threads']} · "
-             f"load {info['load']} · `benchmarks/extractor_quality.py`", "",
-             f"{len(pages)} pages ({args.pages_per_doc} per document, seeded) of {len(files)} MMLongBench-Doc dev "
-             "PDFs, text layer via pypdfium2; each page in two views: `lines` (line breaks kept, as a PDF "
-             "section holds it) and `flowed` (whitespace-joined: what the extractor gets in ingest, since "
-             "segments join their words with single spaces).", "",
-             "| extractor | view | entities/page | junk share | stop words | sentence openers | runs > 6 words | "
-             "relations | \"co-occurs\" share | mean description (words) | shared descriptions |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for k in extractors:
-        for v, m in results[k].items():
-            j = m["junk"]
-            lines.append(f"| {k} | {v} | {m['entities_per_page']:.1f} | {m['junk_share']:.1%} | "
-                         f"{j['stop word']} | {j['sentence opener']} | {j['run over 6 words']} | {m['relations']} | "
-                         f"{m['cooccurs_share']:.1%} | {m['mean_description_words']:.1f} | "
-                         f"{m['shared_description_share']:.1%} |")
-    lines += ["", "**Precision of entity names** (hand-labelled sample, both views; labels and how they were "
-              "made: `benchmarks/extractor_labels.json`):", "",
-              "| extractor | sample | labelled | correct | precision | lines view | flowed view | "
-              "correct entities/page (est., lines / flowed) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-
-    def pct(p):
-        return "n/a" if p["precision"] is None else f"{p['precision']:.1%} ({p['correct']}/{p['labelled']})"
-
-    for k in extractors:
-        for sample, pr in (("first", prec[k]), ("held-out", heldout.get(k))):
-            if pr is None:
-                continue
-            est = [results[k][v]["entities_per_page"] * (pr[v]["precision"] or 0.0) for v in ("lines", "flowed")]
-            lines.append(f"| {k} | {sample} | {pr['all']['labelled']} | {pr['all']['correct']} | "
-                         f"{pr['all']['precision']:.1%} | {pct(pr['lines'])} | {pct(pr['flowed'])} | "
-                         f"{est[0]:.1f} / {est[1]:.1f} |")
-    lines += ["", "Labelled names the extractors still produce in this run (a label judges a name as it was "
-              "drawn): " + ", ".join(f"{k}: {c:.1%}" for k, c in coverage.items()) + "."]
+    coverage = label_coverage(results, labels)
     ratio = sp[new]["pages_per_s"] / sp[old]["pages_per_s"]
-    lines += ["", f"**Speed** (all {2 * len(pages)} page views, {args.repeats} interleaved rounds, median round, "
-              "one thread): "
-              f"old {sp[old]['pages_per_s']:.0f} pages/s, new {sp[new]['pages_per_s']:.0f} pages/s; "
-              f"**new/old = {ratio:.2f}x**.", ""]
     caps = caption_links(files, args.caption_docs) if args.caption_docs > 0 else None
+    body = [f"{len(pages)} pages ({args.pages_per_doc} per document, seeded) of {len(files)} MMLongBench-Doc dev "
+            "PDFs, text layer via pypdfium2; each page in two views: `lines` (line breaks kept, as a PDF "
+            "section holds it) and `flowed` (whitespace-joined: what the extractor gets in ingest, since "
+            "segments join their words with single spaces). Both extractors are pure Python: one thread.", "",
+            *measure_table(results), "",
+            "**Precision of entity names** (hand-labelled sample, both views; labels and how they were "
+            "made: `benchmarks/extractor_labels.json`):", "", *precision_table(results, prec, heldout), "",
+            "Labelled names the extractors still produce in this run (a label judges a name as it was "
+            "drawn): " + ", ".join(f"{k}: {c:.1%}" for k, c in coverage.items()) + ".", "",
+            f"**Speed** (all {2 * len(pages)} page views, {args.repeats} interleaved rounds, median round, "
+            f"one thread): old {sp[old]['pages_per_s']:.0f} pages/s, new {sp[new]['pages_per_s']:.0f} pages/s; "
+            f"**new/old = {ratio:.2f}x**.", ""]
     if caps is not None:
-        lines += [f"**Caption links** ({len(caps['documents'])} PDFs with embedded images, default extractor): "
-                  f"{caps['captioned']} of {caps['embedded_images']} embedded images captioned from a \"Figure N: "
-                  f"...\" definition; {caps['caption_edges']} caption DEPICTS edges (embedded images and page "
-                  "renders) to \"Figure N\"/\"Table N\" entities.", ""]
-    lines += ["Notes:", "",
-              "* Junk rules (module docstring) use a stop list written for this benchmark, independent of both "
-              "extractors' lexicons; \"US\" (the country) counts as a stop word there, and a one-word heading "
-              "line (\"Methodology\") counts as a sentence opener when the page also has the word in lower case.",
-              "* Precision: one labeller (the session's extractor helper, an AI agent), blind to which extractor "
-              "produced a name; the new extractor's rules were revised after its first sample, so its held-out "
-              "sample (drawn after the rules were frozen, names not in the first) is the unbiased figure. A sample "
-              "of 160 gives about +-7.5 points (95%) on a share near 60%.",
-              "* \"correct entities/page\" = entities per page of a view x that sample's precision in that view.",
-              ""]
-    args.out.mkdir(exist_ok=True)
-    (args.out / "extractor_quality.md").write_text("\n".join(lines) + "\n")
-    payload = {"info": info, "speed": sp, "speed_ratio_new_over_old": ratio, "precision": prec,
-               "precision_heldout": heldout, "label_coverage": coverage, "caption_links": caps,
-               "results": {k: {v: {kk: vv for kk, vv in m.items() if kk != "names"} for v, m in r.items()}
-                           for k, r in results.items()}}
-    (args.out / "extractor_quality.json").write_text(json.dumps(payload, indent=1) + "\n")
-    print("\n".join(lines))
+        body += [f"**Caption links** ({len(caps['documents'])} PDFs with embedded images, default extractor): "
+                 f"{caps['captioned']} of {caps['embedded_images']} embedded images captioned from a \"Figure N: "
+                 f"...\" definition; {caps['caption_edges']} caption DEPICTS edges (embedded images and page "
+                 "renders) to \"Figure N\"/\"Table N\" entities.", ""]
+    data = {"documents": len(files), "pages": len(pages), "views": list(VIEWS), "speed": sp,
+            "speed_ratio_new_over_old": ratio, "precision": prec, "precision_heldout": heldout,
+            "label_coverage": coverage, "caption_links": caps,
+            "results": {k: {v: {kk: vv for kk, vv in m.items() if kk != "names"} for v, m in r.items()}
+                        for k, r in results.items()}}
+    h.write("extractor_quality", "Offline extractors on real pages: CooccurrenceExtractor (old) vs PhraseExtractor "
+            "(new)", body + NOTES, data, args.out)
     return 0
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import pathlib
 import sys
 import time
@@ -53,7 +54,8 @@ ALL_COPIED = "ours native batched, with_edges=False, every list copied"
 ALL_COPIED_GRAPH = "ours native, every list copied (set_copy_budget(10))"
 FLOOR_1T = "score reads alone, 1 thread (floor)"
 FLOOR = "score reads alone, 2 threads (floor)"
-FILTERED_ROWS = (BASELINE, FLOOR_1T, FLOOR, "ours native batched", NO_EDGES, NO_EDGES_1T, ALL_COPIED, "ours native 1 query/call",
+FILTERED_ROWS = (BASELINE, FLOOR_1T, FLOOR, "ours native batched", NO_EDGES, NO_EDGES_1T, ALL_COPIED,
+                 "ours native 1 query/call",
                  "ours reference (numpy)", "NetworkX Python BFS")
 FLOOR_ROWS = (FLOOR_1T, FLOOR)  # not expansions: they read the judged scores and count passes
 UNFILTERED_ROWS = (BASELINE, "ours native batched", NO_EDGES, "python-igraph neighborhood")
@@ -82,12 +84,6 @@ def parse_args(argv=None):
 # Measuring
 # ------------------------------------------------------------------------------------------
 
-def rss() -> int:
-    """Resident set size of this process in bytes."""
-    import psutil
-    return psutil.Process().memory_info().rss
-
-
 def release_free_memory() -> None:
     """GC, then glibc ``malloc_trim(0)`` so freed heap pages leave the RSS (no-op elsewhere).
     Python's small-object arenas are not trimmed: RSS deltas of structures built from Python
@@ -104,12 +100,10 @@ def measured_build(fn):
     """``(obj, seconds, rss_delta_bytes)`` of ``obj = fn()``, freed temporaries released on
     both sides (:func:`release_free_memory`) so only what the structure keeps is counted."""
     release_free_memory()
-    before = rss()
-    t0 = time.perf_counter()
-    obj = fn()
-    secs = time.perf_counter() - t0
+    before = h.proc_bytes("VmRSS")
+    obj, secs = h.timed(fn)
     release_free_memory()
-    return obj, secs, rss() - before
+    return obj, secs, h.proc_bytes("VmRSS") - before
 
 
 def machine_info() -> dict:
@@ -126,11 +120,8 @@ def machine_info() -> dict:
 
 def build_all(g: gi.GraphArrays, skip_reference: bool, skip_networkx: bool) -> tuple[dict, list[dict]]:
     """Builds every structure from the same arrays; ``(structures, build rows)``."""
-    # Imported up front so that module code is not counted as graph memory.
-    import igraph  # noqa: F401
-    import scipy.sparse  # noqa: F401
-    if not skip_networkx:
-        import networkx  # noqa: F401
+    for module in ("igraph", "scipy.sparse") + (() if skip_networkx else ("networkx",)):
+        importlib.import_module(module)  # up front, so that module code is not counted as graph memory
     built, rows = {}, []
     steps = [("ours native", lambda: gi.ours_graph(g, "native")),
              (ALL_COPIED_GRAPH, lambda: gi.ours_graph(g, "native", copy_budget=10.0)),
@@ -156,11 +147,6 @@ def build_all(g: gi.GraphArrays, skip_reference: bool, skip_networkx: bool) -> t
 # Rows
 # ------------------------------------------------------------------------------------------
 
-def fail(msg: str) -> None:
-    print(f"CORRECTNESS FAILURE: {msg}", file=sys.stderr)
-    sys.exit(1)
-
-
 @functools.lru_cache(maxsize=None)
 def _pool(threads: int):
     """A thread pool started once, so the floor rows do not time thread start-up."""
@@ -181,13 +167,12 @@ def row_fns(built: dict, q: gi.Queries, hops: int, skip_reference: bool) -> dict
         ("unfiltered", BASELINE): lambda: sc.expand(q, hops, filtered=False),
         ("unfiltered", "ours native batched"): lambda: gi.ours_batched(kg, q, hops, filtered=False),
         ("unfiltered", "python-igraph neighborhood"): lambda: gi.igraph_expand(ig_graph, q, hops),
+        # the node set alone, like the peers return
+        ("filtered", NO_EDGES): lambda: gi.ours_batched(kg, q, hops, with_edges=False),
+        ("filtered", NO_EDGES_1T): lambda: gi.ours_batched(kg, q, hops, with_edges=False, num_threads=1),
+        ("filtered", ALL_COPIED): lambda: gi.ours_batched(built[ALL_COPIED_GRAPH], q, hops, with_edges=False),
+        ("unfiltered", NO_EDGES): lambda: gi.ours_batched(kg, q, hops, filtered=False, with_edges=False),
     }
-    if gi.supports_with_edges():  # the node set alone, like the peers return
-        fns[("filtered", NO_EDGES)] = lambda: gi.ours_batched(kg, q, hops, with_edges=False)
-        fns[("filtered", NO_EDGES_1T)] = lambda: gi.ours_batched(kg, q, hops, with_edges=False, num_threads=1)
-        copied = built[ALL_COPIED_GRAPH]
-        fns[("filtered", ALL_COPIED)] = lambda: gi.ours_batched(copied, q, hops, with_edges=False)
-        fns[("unfiltered", NO_EDGES)] = lambda: gi.ours_batched(kg, q, hops, filtered=False, with_edges=False)
     judged = gi.judged_nodes(sc, q, hops)  # found once, outside the timing
     fns[("filtered", FLOOR_1T)] = lambda: gi.read_scores(q, judged)
     fns[("filtered", FLOOR)] = lambda: gi.read_scores(q, judged, pool=_pool(2))
@@ -221,27 +206,25 @@ CHECK_AGAINST = {
 
 
 def check_depth(fns: dict, hops: int, q: gi.Queries) -> dict:
-    """Runs every row once (also its warmup) and checks the reached sets; exits 1 on mismatch.
-    The reference Expansion must also equal native array for array (order, parents, scores,
-    induced edges). Returns ``{(mode, row): raw result}``."""
+    """Runs every row once (also its warmup) and checks the reached sets; raises
+    ``_graph_impls.CorrectnessError`` on a mismatch. The reference Expansion must also equal native
+    array for array (order, parents, scores, induced edges). Returns ``{(mode, row): raw result}``."""
     raw = {key: fn() for key, fn in tqdm(fns.items(), desc=f"l={hops} check", unit="row", leave=False)}
     for key, want in CHECK_AGAINST.items():
         if key in raw and want in raw:
-            try:
-                gi.check_same_sets(f"{key[1]} ({key[0]})", reached_sets(raw[key]), reached_sets(raw[want]),
-                                   f"{want[1]} ({want[0]})")
-            except gi.CorrectnessError as exc:
-                fail(f"l={hops}: {exc}")
+            gi.check_same_sets(f"l={hops}: {key[1]} ({key[0]})", reached_sets(raw[key]), reached_sets(raw[want]),
+                               f"{want[1]} ({want[0]})")
     ref = raw.get(("filtered", "ours reference (numpy)"))
     if ref is not None and not ref.equals(raw[("filtered", "ours native batched")]):
-        fail(f"l={hops}: reference Expansion differs from native")
+        raise gi.CorrectnessError(f"l={hops}: reference Expansion differs from native")
     # the floor rows must have read exactly the scores that decide the expansion: as many pass
     # as nodes were reached beyond the seeds
     beyond_seeds = sum(len(s) for s in reached_sets(raw[("filtered", BASELINE)])) - sum(
         len(np.unique(s)) for s in q.seeds)
     for name in FLOOR_ROWS:
         if ("filtered", name) in raw and raw[("filtered", name)] != beyond_seeds:
-            fail(f"l={hops}: {name} counted {raw[('filtered', name)]} passing scores, expected {beyond_seeds}")
+            raise gi.CorrectnessError(f"l={hops}: {name} counted {raw[('filtered', name)]} passing scores, "
+                                      f"expected {beyond_seeds}")
     return raw
 
 
@@ -278,17 +261,12 @@ def run_networkx(g: gi.GraphArrays, q: gi.Queries, built: dict, hops_list: list[
     sc = gi.ScipyExpander(built["scipy CSR (symmetric)"])
     rows = []
     for hops in tqdm(hops_list, desc="NetworkX", unit="depth"):
-        fn = lambda: gi.networkx_expand(G, seeds, scores, hops, q.threshold)  # noqa: E731
-        t0 = time.perf_counter()
-        got = fn()  # the check pass is one timed round too: slow rows get few
-        first = time.perf_counter() - t0
-        try:
-            gi.check_same_sets("NetworkX (filtered)", got, sc.expand(q, hops, nq=k), f"{BASELINE} (filtered)")
-        except gi.CorrectnessError as exc:
-            fail(f"l={hops}: {exc}")
+        fn = functools.partial(gi.networkx_expand, G, seeds, scores, hops, q.threshold)
+        got, first = h.timed(fn)  # the check pass is one timed round too: slow rows get few
+        gi.check_same_sets(f"l={hops}: NetworkX (filtered)", got, sc.expand(q, hops, nq=k), f"{BASELINE} (filtered)")
         more = h.time_calls(fn, args.repeats - 1, warmup=0, max_s=args.max_row_s) if first < args.max_row_s else []
         rows.append(row("filtered", "NetworkX Python BFS", hops, k, [first, *more], [len(x) for x in got]))
-    del G
+    del G, fn
     gc.collect()
     return build_row, rows
 
@@ -309,15 +287,18 @@ def timing_table(rows: list[dict], hops_list: list[int]) -> list[str]:
              for cells in [[by.get((mode, name, x)) for x in hops_list]] if any(cells)]
     cell = lambda c: f"{_fmt_ms(c['ms_per_query'])} ({c['speedup_vs_scipy']:.2f}×)" if c else "—"  # noqa: E731
     return h.table([("mode", "mode"), ("implementation", "impl"), ("queries timed:", "nq")]
-                   + [(f"l={x} ms/query (× scipy):", lambda r, i=i: cell(r["cells"][i])) for i, x in enumerate(hops_list)],
+                   + [(f"l={x} ms/query (× scipy):", lambda r, i=i: cell(r["cells"][i]))
+                      for i, x in enumerate(hops_list)],
                    lines)
 
 
 def reach_table(rows: list[dict], hops_list: list[int]) -> list[str]:
     """Mean reached nodes (and our induced edges) per query, per mode and depth."""
     by = {(r["mode"], r["hops"]): r for r in rows if r["impl"] == "ours native batched"}
-    cell = lambda r: f"{r['reached_mean']:,.0f} ({r['reached_max']:,}) / {r['induced_edges_mean_ours']:,.0f}"  # noqa: E731
-    return h.table([("mode", "mode")] + [(f"l={x} nodes (max) / induced edges:", lambda m, x=x: cell(by[(m["mode"], x)]))
+    def cell(r):
+        return f"{r['reached_mean']:,.0f} ({r['reached_max']:,}) / {r['induced_edges_mean_ours']:,.0f}"
+    return h.table([("mode", "mode")] + [(f"l={x} nodes (max) / induced edges:",
+                                          lambda m, x=x: cell(by[(m["mode"], x)]))
                                          for x in hops_list], [{"mode": "filtered"}, {"mode": "unfiltered"}])
 
 
@@ -346,7 +327,8 @@ def to_markdown(res: dict) -> list[str]:
         "Speedup = scipy ms / row ms in the same mode and depth (> 1: faster than scipy). "
         "Batched = all queries in one call; 1 query/call = a Python loop of single-query calls. "
         "Ours returns per node hop, seed, parent, parent edge and score plus (by default) the "
-        "induced edges; the peers return only the node set (`with_edges=False` skips our edges). python-igraph cannot filter per hop, so it is "
+        "induced edges; the peers return only the node set (`with_edges=False` skips our edges). "
+        "python-igraph cannot filter per hop, so it is "
         "compared unfiltered. Every row's node sets were checked equal before timing. "
         "The two *floor* rows are not expansions: given each query's judged nodes (the frontier's "
         "new neighbours at every hop, found beforehand), they only read those nodes' scores with a "
@@ -385,12 +367,11 @@ def run(args) -> dict:
         builds.append(nx_build)
         rows += nx_rows
     for r in rows:
-        r["group"] = (r["mode"], r["hops"])
-    h.add_ratios(rows, BASELINE, key="ms_per_query", field="speedup_vs_scipy", group="group")
+        r["case"] = f"{r['mode']} l={r['hops']}"
+    h.add_ratios(rows, BASELINE, key="ms_per_query", field="speedup_vs_scipy", group="case")
     cfg = {"nodes": g.n, "edges": g.m, "alpha": args.alpha, "queries": q.nq, "seeds": args.seeds,
-           "threshold": float(q.threshold), "hops": hops_list, "repeats": args.repeats, "slow_queries": args.slow_queries}
-    for r in rows:
-        del r["group"]
+           "threshold": float(q.threshold), "hops": hops_list, "repeats": args.repeats,
+           "slow_queries": args.slow_queries}
     return {"machine": info, "config": cfg, "degree": degree, "builds": builds, "rows": rows,
             "total_s": time.perf_counter() - t_start}
 
@@ -403,8 +384,7 @@ def headline(quick: bool = True) -> h.Headline:
     res = run(args)
     by = {(r["mode"], r["impl"]): r for r in res["rows"] if r["hops"] == 2}
     # the node sets alone, as scipy returns them (with the induced edges: the detail column)
-    ours, peer = by.get(("filtered", NO_EDGES), by[("filtered", "ours native batched")]), by[("filtered", BASELINE)]
-    full = by[("filtered", "ours native batched")]
+    ours, peer, full = by[("filtered", NO_EDGES)], by[("filtered", BASELINE)], by[("filtered", "ours native batched")]
     return h.Headline(f"BFS l=2 filtered, {args.nodes:,} nodes / {args.edges:,} edges, {args.queries} queries batched",
                       f"{ours['ms_per_query']:.2f} ms/query", f"scipy CSR {peer['ms_per_query']:.2f} ms/query",
                       ours["speedup_vs_scipy"], f"scipy ms / ours ms, node sets only ({ours['impl']}); with the "
@@ -413,13 +393,15 @@ def headline(quick: bool = True) -> h.Headline:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    res = run(args)
+    try:
+        res = run(args)
+    except gi.CorrectnessError as exc:  # a row is wrong: nothing is reported
+        print(f"CORRECTNESS FAILURE: {exc}", file=sys.stderr)
+        return 1
     stem = h.stem("graph_expand", args)
     out = h.write(stem, "Graph expansion benchmark", to_markdown(res), res, args.out, e=res["machine"])
     if out is not None:
-        series: dict = {}
-        for r in res["rows"]:
-            series.setdefault(r["impl"], {})[f"{r['mode']} l={r['hops']}"] = r["ms_per_query"]
+        _, series = h.ms_series(res["rows"], key="ms_per_query", group="case")
         groups = [f"{m} l={x}" for m in ("filtered", "unfiltered") for x in res["config"]["hops"]]
         cfg = res["config"]
         h.bar_plot(out / f"{stem}.png", groups, series, ylabel="ms per query (log)", labels="{:.3g}",

@@ -23,7 +23,8 @@ serving index has it):
 Both run on an in-memory index (``memory``) and on a directory-backed one (``directory``, index
 format 3: the call also appends the rows to the vector files, writes one part file (absorbing the
 small parts at the end of the list) and replaces the manifest, which lists parts, not documents;
-the new files, the parts folder and the manifest are fsync'ed in one concurrent round). Ratio = re-assembly median / in-place median. The fsyncs of each directory add are
+the new files, the parts folder and the manifest are fsync'ed in one concurrent round). Ratio =
+re-assembly median / in-place median. The fsyncs of each directory add are
 counted (``os.fsync`` wrapped).
 
 Open: in a fresh subprocess, ``VmRSS`` before and after ``KnowledgeIndex.open`` (verify off and
@@ -37,15 +38,13 @@ Writes ``results/index_growth.md``, ``.json`` and ``.png`` beside this file (``-
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
+from unittest import mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -57,48 +56,8 @@ import _harness as h  # noqa: E402
 from colgraph_engine.kg import Encoders, KnowledgeIndex, build_document_graph, encode_document  # noqa: E402
 from pipeline_report import make_document, shared_names  # noqa: E402
 
-
-def prepared(numbers, shared, enc):
-    """Pre-built graphs and vectors of documents `numbers` (outside every timing)."""
-    out = []
-    for i in numbers:
-        g = build_document_graph(make_document(i, shared))
-        out.append((g, encode_document(g, enc)))
-    return out
-
-
-class FsyncCount:
-    """Counts ``os.fsync`` calls while active (the real call runs)."""
-
-    def __init__(self):
-        self.calls, self._real = 0, os.fsync
-
-    def __enter__(self):
-        def counting(fd):
-            self.calls += 1
-            return self._real(fd)
-        os.fsync = counting
-        return self
-
-    def __exit__(self, *exc):
-        os.fsync = self._real
-
-
-def time_adds(idx: KnowledgeIndex, docs, *, in_place: bool) -> list[float]:
-    times = []
-    for g, v in docs:
-        idx.graph  # noqa: B018 - assembled before the call, as a serving index has it
-        t0 = time.perf_counter()
-        if in_place:
-            idx.add_documents([g], [v])
-        else:
-            idx._assembly = None          # the old add: no graph kept up to date ...
-            idx.add_documents([g], [v])
-            idx._assembly = idx._reassemble()  # ... so the next use re-assembled everything
-        times.append(time.perf_counter() - t0)
-    return times
-
-
+# In a fresh process: VmRSS before and after KnowledgeIndex.open(argv[1], verify=argv[2]) and after
+# assembling the merged graph.
 _OPEN_CHILD = """
 import json, sys, time
 def rss():
@@ -121,16 +80,29 @@ print(json.dumps({"open_s": t1 - t0, "assemble_s": t2 - t1, "rss_open": opened -
 """
 
 
-def measure_open(path: pathlib.Path, verify: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", _OPEN_CHILD, str(path), "1" if verify else "0"],
-                         capture_output=True, text=True, timeout=900)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-3000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def prepared(numbers, shared, enc):
+    """Pre-built graphs and vectors of documents `numbers` (outside every timing)."""
+    graphs = [build_document_graph(make_document(i, shared)) for i in numbers]
+    return [(g, encode_document(g, enc)) for g in graphs]
 
 
-def folder_bytes(path: pathlib.Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def add(idx: KnowledgeIndex, g, v, *, in_place: bool = True) -> None:
+    """One add; ``in_place=False`` re-enacts the add before this change."""
+    if not in_place:
+        idx._assembly = None  # the old add: no graph kept up to date ...
+    idx.add_documents([g], [v])
+    if not in_place:
+        idx._assembly = idx._reassemble()  # ... so the next use re-assembled everything
+
+
+def time_adds(idx: KnowledgeIndex, docs, *, in_place: bool) -> list[float]:
+    """Seconds of one add per document of `docs`, the merged graph assembled before each call (as a
+    serving index has it)."""
+    times = []
+    for g, v in docs:
+        idx.graph  # noqa: B018 - assembled, untimed
+        times.append(h.timed(add, idx, g, v, in_place=in_place)[1])
+    return times
 
 
 def summary(times: list[float]) -> dict:
@@ -149,7 +121,8 @@ def to_markdown(rep: dict) -> list[str]:
     lines += ["", f"Directory adds: of the in-place call, the commit (vector appends, one part file, the parts "
                   f"folder and a manifest of {rep['manifest_bytes'] / 1024:,.1f} KiB fsync'ed in one concurrent round, "
                   f"then the index folder after the rename) takes {d:.2f} ms (median); "
-                  f"{rep['add']['directory']['fsyncs_per_add']:.0f} fsyncs per add (os.fsync calls counted). Re-assembly "
+                  f"{rep['add']['directory']['fsyncs_per_add']:.0f} fsyncs per add (os.fsync calls counted). "
+                  "Re-assembly "
                   f"concatenates the documents' columns: a mapped part (directory) gives them in one slice each, a "
                   f"document held in memory gives its own arrays.", "",
               "| open (fresh process) | open s | RSS after open | RSS after assembling the graph | "
@@ -164,60 +137,63 @@ def to_markdown(rep: dict) -> list[str]:
     return lines
 
 
+def measure(n: int, adds: int, tmp: pathlib.Path) -> dict:
+    """The report's figures for a `n`-document index, `adds` timed adds per kind and index."""
+    enc = Encoders.offline()
+    shared = shared_names(n)
+    idx = KnowledgeIndex(enc)
+    for lo in tqdm(range(0, n, 1000), desc=f"building {n:,} documents"):
+        idx.add_documents([make_document(i, shared) for i in range(lo, min(n, lo + 1000))])
+    extra = prepared(range(n, n + 4 * adds), shared, enc)
+    batches = [extra[k * adds:(k + 1) * adds] for k in range(4)]
+    rep = {"documents": n, "counts": idx.counts, "add": {},
+           "vector_bytes": sum(st.values.numel() * st.values.element_size() for st in idx.stores.values())}
+    rep["add"]["memory"] = {"in_place": summary(time_adds(idx, batches[0], in_place=True)),
+                            "reassembly": summary(time_adds(idx, batches[1], in_place=False))}
+    path = tmp / "index"
+    idx.save(path)
+    del idx
+    rep["parts_bytes"] = sum(f.stat().st_size for f in (path / "parts").rglob("*") if f.is_file())
+    rep["open"] = {key: h.run_json([sys.executable, "-c", _OPEN_CHILD, str(path), flag], timeout=900)
+                   for key, flag in (("off", "0"), ("on", "1"))}
+    opened = KnowledgeIndex.open(path, enc, verify=False)
+    with mock.patch.object(os, "fsync", wraps=os.fsync) as fsync:  # counted, the real call runs
+        in_place = time_adds(opened, batches[2], in_place=True)
+    commit = []
+    for g, v in batches[3][: max(1, adds // 2)]:  # the commit alone (no graph work at all)
+        opened._assembly = None
+        commit.append(h.timed(opened.add_documents, [g], [v])[1])
+    rep["add"]["directory"] = {"in_place": summary(in_place),
+                               "reassembly": summary(time_adds(opened, batches[3][len(commit):] or batches[3],
+                                                               in_place=False)),
+                               "commit_parts_ms": 1e3 * statistics.median(commit),
+                               "fsyncs_per_add": fsync.call_count / len(in_place)}
+    rep["manifest_bytes"] = (path / "manifest.json").stat().st_size
+    return rep
+
+
 def main(argv=None) -> int:
     ap = h.parser(__doc__, out=None)  # --quick: 200 documents, 5 adds
     ap.add_argument("--documents", type=int, default=10_000)
     ap.add_argument("--adds", type=int, default=20, help="timed adds per kind")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.documents, args.adds = 200, 5
-    out = args.out or (None if args.quick else HERE / "results")
+    n, adds = (200, 5) if args.quick else (args.documents, args.adds)
     torch.set_num_threads(1)
-    enc = Encoders.offline()
-    n = args.documents
-    shared = shared_names(n)
+    e = h.env()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="index-growth-"))
     try:
-        idx = KnowledgeIndex(enc)
-        chunk = 1000
-        for lo in tqdm(range(0, n, chunk), desc=f"building {n:,} documents"):
-            idx.add_documents([make_document(i, shared) for i in range(lo, min(n, lo + chunk))])
-        extra = prepared(range(n, n + 4 * args.adds), shared, enc)
-        batches = [extra[k * args.adds:(k + 1) * args.adds] for k in range(4)]
-        e = h.env()
-        rep = {"documents": n, "counts": idx.counts, "vector_bytes": sum(st.values.numel() * st.values.element_size()
-                                                          for st in idx.stores.values()), "add": {}}
-        rep["add"]["memory"] = {"in_place": summary(time_adds(idx, batches[0], in_place=True)),
-                                "reassembly": summary(time_adds(idx, batches[1], in_place=False))}
-        path = tmp / "index"
-        idx.save(path)
-        del idx
-        rep["parts_bytes"] = folder_bytes(path / "parts")
-        rep["open"] = {"off": measure_open(path, False), "on": measure_open(path, True)}
-        opened = KnowledgeIndex.open(path, enc, verify=False)
-        with FsyncCount() as fsyncs:
-            in_place = time_adds(opened, batches[2], in_place=True)
-        commit = []
-        for g, v in batches[3][: max(1, args.adds // 2)]:  # the commit alone (no graph work at all)
-            opened._assembly = None
-            t0 = time.perf_counter()
-            opened.add_documents([g], [v])
-            commit.append(time.perf_counter() - t0)
-        rep["add"]["directory"] = {"in_place": summary(in_place),
-                                   "reassembly": summary(time_adds(opened, batches[3][len(commit):] or batches[3],
-                                                                   in_place=False)),
-                                   "commit_parts_ms": 1e3 * statistics.median(commit),
-                                   "fsyncs_per_add": fsyncs.calls / len(in_place)}
-        rep["manifest_bytes"] = (path / "manifest.json").stat().st_size
+        rep = measure(n, adds, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     stem = h.stem("index_growth", args)
-    out = h.write(stem, f"Index growth: add one document to a {n:,}-document index", to_markdown(rep), rep, out, e=e)
+    out = h.write(stem, f"Index growth: add one document to a {n:,}-document index", to_markdown(rep), rep,
+                  args.out or (None if args.quick else HERE / "results"), e=e)
     if out is not None:
         kinds = ["memory", "directory"]
-        h.bar_plot(out / f"{stem}.png", kinds, {label: {k: rep["add"][k][key]["median_ms"] for k in kinds}
-                                                for label, key in (("in place", "in_place"), ("re-assembly", "reassembly"))},
-                   ylabel="add one document, median ms", title=f"{n:,} documents, {e['cpu_model']}", labels="{:.1f}")
+        series = {label: {k: rep["add"][k][key]["median_ms"] for k in kinds}
+                  for label, key in (("in place", "in_place"), ("re-assembly", "reassembly"))}
+        h.bar_plot(out / f"{stem}.png", kinds, series, ylabel="add one document, median ms",
+                   title=f"{n:,} documents, {e['cpu_model']}", labels="{:.1f}")
     return 0
 
 

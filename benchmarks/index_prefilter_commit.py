@@ -34,7 +34,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -47,6 +46,7 @@ from colgraph_engine.kg import Encoders, KnowledgeIndex  # noqa: E402
 from tests.test_kg_index_growth import city_doc  # noqa: E402
 
 LANES = ("none", "pieces", "whole")
+STYLES = {"none": ("o:", "tab:gray"), "pieces": ("o-", "tab:blue"), "whole": ("s--", "tab:orange")}
 
 
 def file_table(path: pathlib.Path) -> dict[pathlib.Path, tuple[int, int]]:
@@ -72,57 +72,44 @@ def written_bytes(before: dict, after: dict, under: pathlib.Path | None = None) 
 
 
 def prefilter_files(path: pathlib.Path) -> int:
-    folder = path / "prefilter"
-    return sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+    return sum(1 for p in (path / "prefilter").rglob("*") if p.is_file())
 
 
 def run_size(n: int, adds: int, enc: Encoders, tmp: pathlib.Path) -> dict:
-    t = time.perf_counter()
+    """The three lanes of a `n`-document index, `adds` one-document commits each, the lanes in turn."""
     paths = {lane: tmp / f"n{n}-{lane}" for lane in LANES}
     plain = KnowledgeIndex.create(paths["none"], enc)
-    plain.add_documents([city_doc(i) for i in range(n)])
-    build_s = time.perf_counter() - t
+    build_s = h.timed(plain.add_documents, [city_doc(i) for i in range(n)])[1]
     shutil.copytree(paths["none"], paths["pieces"], ignore=shutil.ignore_patterns(".lock"))
     carried = KnowledgeIndex.open(paths["pieces"], enc)
-    t = time.perf_counter()
-    carried.enable_prefilter()
-    prefilter_build_s = time.perf_counter() - t
+    prefilter_build_s = h.timed(carried.enable_prefilter)[1]
     shutil.copytree(paths["pieces"], paths["whole"], ignore=shutil.ignore_patterns(".lock"))
     index = {"none": plain, "pieces": carried, "whole": KnowledgeIndex.open(paths["whole"], enc)}
     index["whole"]._pf_append = False
-    pf = carried.prefilter("segment")
+    snap = carried.prefilter("segment").snapshot()
     base_bytes = sum(p.stat().st_size for p in (paths["pieces"] / "prefilter").rglob("*") if p.is_file())
     rows = {lane: {"seconds": [], "bytes": [], "prefilter_bytes": []} for lane in LANES}
     for r in tqdm(range(adds), desc=f"{n:,} documents", unit="round", leave=False):
         doc = city_doc(n + r)
-        for lane in LANES:
+        for lane, row in rows.items():
             before = file_table(paths[lane])
-            t = time.perf_counter()
-            index[lane].add_document(doc)
-            rows[lane]["seconds"].append(time.perf_counter() - t)
+            row["seconds"].append(h.timed(index[lane].add_document, doc)[1])
             after = file_table(paths[lane])
-            rows[lane]["bytes"].append(written_bytes(before, after))
-            rows[lane]["prefilter_bytes"].append(written_bytes(before, after, paths[lane] / "prefilter"))
+            row["bytes"].append(written_bytes(before, after))
+            row["prefilter_bytes"].append(written_bytes(before, after, paths[lane] / "prefilter"))
     for lane in ("pieces", "whole"):  # both lanes hold the same prefilter (tests check array equality)
         rows[lane]["last_change"] = index[lane].prefilter_info()["stores"]["segment"]["last_change"]
-    rows["pieces"]["prefilter_files_after"] = prefilter_files(paths["pieces"])
-    rows["whole"]["prefilter_files_after"] = prefilter_files(paths["whole"])
-    t = time.perf_counter()
-    KnowledgeIndex.open(paths["pieces"], enc)
-    open_pieces = time.perf_counter() - t
-    t = time.perf_counter()
-    KnowledgeIndex.open(paths["whole"], enc)
-    open_whole = time.perf_counter() - t
-    for lane in LANES:
-        rows[lane]["median_ms"] = 1000 * statistics.median(rows[lane]["seconds"])
-        rows[lane]["median_bytes"] = statistics.median(rows[lane]["bytes"])
-        rows[lane]["median_prefilter_bytes"] = statistics.median(rows[lane]["prefilter_bytes"])
-        rows[lane]["mean_prefilter_bytes"] = statistics.mean(rows[lane]["prefilter_bytes"])  # merges included
-    for lane in LANES:
+        rows[lane]["prefilter_files_after"] = prefilter_files(paths[lane])
+    open_s = {lane: h.timed(KnowledgeIndex.open, paths[lane], enc)[1] for lane in ("pieces", "whole")}
+    for lane, row in rows.items():
+        row["median_ms"] = 1000 * statistics.median(row["seconds"])
+        row["median_bytes"] = statistics.median(row["bytes"])
+        row["median_prefilter_bytes"] = statistics.median(row["prefilter_bytes"])
+        row["mean_prefilter_bytes"] = statistics.mean(row["prefilter_bytes"])  # merges included
         shutil.rmtree(paths[lane])
-    return {"documents": n, "segment_tokens": pf.snapshot().n_tokens, "centroids": pf.snapshot().n_centroids,
+    return {"documents": n, "segment_tokens": snap.n_tokens, "centroids": snap.n_centroids,
             "build_s": build_s, "prefilter_build_s": prefilter_build_s, "base_bytes": base_bytes,
-            "open_s": {"pieces": open_pieces, "whole": open_whole}, "lanes": rows}
+            "open_s": open_s, "lanes": rows}
 
 
 def to_markdown(rep: dict) -> list[str]:
@@ -165,27 +152,13 @@ def to_markdown(rep: dict) -> list[str]:
 
 def plot(rep: dict, path: pathlib.Path) -> None:
     """Commit time and prefilter bytes per add against the index size, one line per lane."""
-    plt, note = h.matplotlib_or_note()
-    if plt is None:
-        print(note)
-        return
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    xs = [s["documents"] for s in rep["sizes"]]
-    for lane, style, color in zip(LANES, ("o:", "o-", "s--"), ("tab:gray", "tab:blue", "tab:orange")):
-        a.plot(xs, [s["lanes"][lane]["median_ms"] for s in rep["sizes"]], style, color=color, label=lane)
-        if lane != "none":
-            b.plot(xs, [s["lanes"][lane]["mean_prefilter_bytes"] for s in rep["sizes"]], style, color=color,
-                   label=lane)
-    a.set(xlabel="documents in the index", ylabel="median ms per add (one commit)", title="commit time")
-    b.set(xlabel="documents in the index", ylabel="prefilter bytes written per add (mean)", yscale="log",
-          title="prefilter bytes per commit")
-    for ax in (a, b):
-        ax.set_xscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    def series(key: str, lanes) -> dict:
+        return {lane: [s["lanes"][lane][key] for s in rep["sizes"]] for lane in lanes}
+    h.line_panels(path, [s["documents"] for s in rep["sizes"]], {
+        "commit time": {"ylabel": "median ms per add (one commit)", "series": series("median_ms", LANES)},
+        "prefilter bytes per commit": {"ylabel": "prefilter bytes written per add (mean)", "log_y": True,
+                                       "series": series("mean_prefilter_bytes", LANES[1:])}},
+        xlabel="documents in the index", styles=STYLES)
 
 
 def main(argv=None) -> int:
@@ -197,12 +170,12 @@ def main(argv=None) -> int:
     enc = Encoders.offline()
     e = h.env()
     tmp = pathlib.Path(tempfile.mkdtemp())
-    t0 = time.perf_counter()
     try:
-        results = [run_size(n, adds, enc, tmp) for n in tqdm(sizes, desc="sizes", unit="size")]
+        results, total_s = h.timed(lambda: [run_size(n, adds, enc, tmp)
+                                            for n in tqdm(sizes, desc="sizes", unit="size")])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rep = {"adds": adds, "sizes": results, "total_s": time.perf_counter() - t0}
+    rep = {"adds": adds, "sizes": results, "total_s": total_s}
     out = h.write("index_prefilter_commit", "Commit cost of a carried prefilter: appended pieces vs the whole folder",
                   to_markdown(rep), rep, args.out or (None if args.quick else HERE / "results"), e=e)
     if out is not None:

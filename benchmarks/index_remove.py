@@ -19,9 +19,9 @@ Writes ``results/index_remove.{md,json}`` (``--quick``: only with ``--out``).
 from __future__ import annotations
 
 import pathlib
+import shutil
 import sys
 import tempfile
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -43,20 +43,20 @@ def main(argv=None) -> int:
     e = h.env()
     tmp = pathlib.Path(tempfile.mkdtemp())
     idx = KnowledgeIndex.create(tmp / "index", Encoders.offline())
-    t = time.perf_counter()
-    idx.add_documents([city_doc(i) for i in range(n)])
-    build_s = time.perf_counter() - t
+    build_s = h.timed(idx.add_documents, [city_doc(i) for i in range(n)])[1]
     remove, rewrite = [], []
     for r in tqdm(range(k), desc="removals"):  # alternating: remove one, then write the rest again
         remove += h.time_calls(lambda: idx.remove_document(f"d{r}"), 1, warmup=0)
         rewrite += h.time_calls(lambda: idx.save(tmp / f"copy{r}"), 1, warmup=0)  # same documents: full rewrite
+    shutil.rmtree(tmp, ignore_errors=True)
     a, b = h.stats(remove)["ms_median"] / 1e3, h.stats(rewrite)["ms_median"] / 1e3
     rep = {"documents": n, "removals": k, "build_s": build_s, "remove_s": remove, "rewrite_s": rewrite,
            "remove_median_s": a, "rewrite_median_s": b, "ratio": b / a}
     body = [f"Index built in one call ({build_s:.1f} s), so its documents share one part.", "",
             *h.table([("operation", "op"), ("median s:", "s"), ("runs:", "n")],
                      [{"op": "`remove_document` (committed)", "s": f"{a:.3f}", "n": k},
-                      {"op": "rewrite (`save` of the index after the removal, to a fresh folder)", "s": f"{b:.3f}", "n": k}]),
+                      {"op": "rewrite (`save` of the index after the removal, to a fresh folder)", "s": f"{b:.3f}",
+                       "n": k}]),
             "", f"Removal / rewrite: {a / b:.2f}x. A removal rewrites its part for the documents that share it "
             "(here every other document) and copies the vector files without its rows, so it costs about "
             "a rewrite of the index; smaller parts (indexes grown by many adds) make it cheaper. Before "

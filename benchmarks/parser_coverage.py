@@ -50,10 +50,8 @@ Writes ``parser_coverage.md`` and ``parser_coverage.json`` (counts only, no text
 """
 from __future__ import annotations
 
-import argparse
 import html
 import json
-import platform
 import re
 import sys
 import time
@@ -63,10 +61,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from colgraph_engine.kg import ExtractionFormatError, normalize_name, parse_extraction
-from colgraph_engine.kg.records import clean_field
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+from colgraph_engine.kg import ExtractionFormatError, normalize_name, parse_extraction  # noqa: E402
+from colgraph_engine.kg.records import clean_field  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 DIALECTS = ("tuple", "lightrag", "lightrag_json", "mkg_mapping")
 
 _THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.IGNORECASE | re.DOTALL)
@@ -239,7 +238,39 @@ def _kept(upstream: list, ours: list) -> int:
     return sum((Counter(upstream) & Counter(ours)).values())
 
 
+def ours_crash(text: str) -> tuple[object, tuple[str, str] | None]:
+    """``(lenient result or None, (mode, traceback) of a crash or None)``: a lenient call must
+    not raise, a strict one may raise only ``ExtractionFormatError``."""
+    try:
+        ours = parse_extraction(text)
+    except Exception:  # noqa: BLE001 - a crash is what is counted here
+        return None, ("lenient", traceback.format_exc(limit=3))
+    try:
+        parse_extraction(text, strict=True)
+    except ExtractionFormatError:
+        pass
+    except Exception:  # noqa: BLE001
+        return ours, ("strict", traceback.format_exc(limit=3))
+    return ours, None
+
+
+def count(row: Counter, ours, ents: list, rels: list, maps: list) -> None:
+    """Adds one response's upstream records, the ones we keep and the ones only we keep to `row`."""
+    our_ents = [e.key for e in ours.entities]
+    our_rels = [_pair(r.source, r.target) for r in ours.relations]
+    our_maps = [f"<{m.kind}>" if m.ref is None else f"<{m.kind}_{m.ref}>" for m in ours.mappings]
+    up_maps = [re.sub(r"[-_ ]", "_", m) for m in maps]
+    for kind, up, got in (("entities", ents, our_ents), ("relations", rels, our_rels), ("mappings", up_maps, our_maps)):
+        row[f"upstream_{kind}"] += len(up)
+        row[f"kept_{kind}"] += _kept(up, got)
+    row["only_ours_entities"] += len(our_ents) - _kept(ents, our_ents)
+    row["only_ours_relations"] += len(our_rels) - _kept(rels, our_rels)
+    row["our_errors"] += len(ours.errors)
+    row["our_warnings"] += len(ours.warnings)
+
+
 def measure(folder: Path) -> dict:
+    """``{"rows": {dialect: counts}, "crashes": [(file, mode, trace)], "files": n}`` over `folder`."""
     files = sorted(folder.glob("*.txt"))
     if not files:
         raise ValueError(f"folder: no .txt responses in {folder}")
@@ -258,80 +289,49 @@ def measure(folder: Path) -> dict:
             name = "none"
         row = rows[name]
         row["responses"] += 1
-        try:
-            ours = parse_extraction(text)
-        except Exception:  # noqa: BLE001 - a crash is what is counted here
-            crashes.append((path.name, "lenient", traceback.format_exc(limit=3)))
+        ours, crash = ours_crash(text)
+        if crash:
+            crashes.append((path.name, *crash))
             row["crashes"] += 1
-            continue
-        try:
-            parse_extraction(text, strict=True)
-        except ExtractionFormatError:
-            pass
-        except Exception:  # noqa: BLE001
-            crashes.append((path.name, "strict", traceback.format_exc(limit=3)))
-            row["crashes"] += 1
-        our_ents = [e.key for e in ours.entities]
-        our_rels = [_pair(r.source, r.target) for r in ours.relations]
-        our_maps = [f"<{m.kind}>" if m.ref is None else f"<{m.kind}_{m.ref}>" for m in ours.mappings]
-        up_maps = [re.sub(r"[-_ ]", "_", m) for m in maps]
-        row["upstream_entities"] += len(ents)
-        row["kept_entities"] += _kept(ents, our_ents)
-        row["upstream_relations"] += len(rels)
-        row["kept_relations"] += _kept(rels, our_rels)
-        row["upstream_mappings"] += len(up_maps)
-        row["kept_mappings"] += _kept(up_maps, our_maps)
-        row["only_ours_entities"] += len(our_ents) - _kept(ents, our_ents)
-        row["only_ours_relations"] += len(our_rels) - _kept(rels, our_rels)
-        row["our_errors"] += len(ours.errors)
-        row["our_warnings"] += len(ours.warnings)
+        if ours is not None:
+            count(row, ours, ents, rels, maps)
     return {"rows": {d: dict(c) for d, c in rows.items()}, "crashes": crashes, "files": len(files)}
 
 
-def _pct(kept: int, total: int) -> str:
-    return f"{100 * kept / total:.2f}%" if total else "n/a"
+def share(kind: str):
+    """A table cell: the kept share of upstream's `kind` records."""
+    def cell(row):
+        kept, total = row.get(f"kept_{kind}", 0), row.get(f"upstream_{kind}", 0)
+        return f"{100 * kept / total:.2f}%" if total else "n/a"
+    return cell
 
 
-def write(result: dict, out: Path, folder: Path, seconds: float) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"python": platform.python_version(), "machine": platform.machine(), "seconds": round(seconds, 2),
-            "responses": result["files"], "command": "python benchmarks/parser_coverage.py " + str(folder)}
-    (out / "parser_coverage.json").write_text(json.dumps({"meta": meta, **result}, indent=2) + "\n", encoding="utf-8")
-    lines = [
-        "# Parser coverage on real extraction responses",
-        "",
-        f"{result['files']} responses (`{meta['command']}`, {meta['seconds']} s). Upstream = this script's "
-        "re-implementation of each project's splitting rules (see its docstring); kept = records our "
-        "`parse_extraction` (detected dialect, lenient) returns with the same key; only ours = records we keep "
-        "that upstream's rules drop. Counts only; the corpus itself is not in the repository.",
-        "",
-        "| dialect | responses | upstream entities | kept | share | upstream relations | kept | share "
-        "| upstream mappings | kept | only ours (ent / rel) | upstream quirks | crashes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for dialect, row in result["rows"].items():
-        g = row.get
-        lines.append(
-            f"| {dialect} | {g('responses', 0)} | {g('upstream_entities', 0)} | {g('kept_entities', 0)} | "
-            f"{_pct(g('kept_entities', 0), g('upstream_entities', 0))} | {g('upstream_relations', 0)} | "
-            f"{g('kept_relations', 0)} | {_pct(g('kept_relations', 0), g('upstream_relations', 0))} | "
-            f"{g('upstream_mappings', 0)} | {g('kept_mappings', 0)} | "
-            f"{g('only_ours_entities', 0)} / {g('only_ours_relations', 0)} | {g('upstream_quirks', 0)} | "
-            f"{g('crashes', 0)} |")
-    (out / "parser_coverage.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+COLUMNS = [("dialect", "dialect"), ("responses:", "responses"), ("upstream entities:", "upstream_entities"),
+           ("kept:", "kept_entities"), ("share:", share("entities")), ("upstream relations:", "upstream_relations"),
+           ("kept:", "kept_relations"), ("share:", share("relations")), ("upstream mappings:", "upstream_mappings"),
+           ("kept:", "kept_mappings"),
+           ("only ours (ent / rel):", lambda r: f"{r.get('only_ours_entities', 0)} / "
+                                                f"{r.get('only_ours_relations', 0)}"),
+           ("upstream quirks:", "upstream_quirks"), ("crashes:", "crashes")]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = h.parser(__doc__, quick=False)
     parser.add_argument("folder", type=Path, help="folder of responses, one .txt file each")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         parser.error(f"folder: not a directory: {args.folder}")
     start = time.perf_counter()
     result = measure(args.folder)
-    write(result, args.out, args.folder, time.perf_counter() - start)
-    print((args.out / "parser_coverage.md").read_text())
+    seconds = round(time.perf_counter() - start, 2)
+    zeros = dict.fromkeys((c for _, c in COLUMNS if isinstance(c, str)), 0)  # a dialect no response used
+    rows = [{**zeros, "dialect": d, **r} for d, r in result["rows"].items()]
+    body = [f"{result['files']} responses ({seconds} s). Upstream = this script's re-implementation of each "
+            "project's splitting rules (see its docstring); kept = records our `parse_extraction` (detected "
+            "dialect, lenient) returns with the same key; only ours = records we keep that upstream's rules drop. "
+            "Counts only; the corpus itself is not in the repository.", "", *h.table(COLUMNS, rows)]
+    h.write("parser_coverage", "Parser coverage on real extraction responses", body,
+            {"meta": {"seconds": seconds, "responses": result["files"]}, **result}, args.out)
     for name, mode, trace in result["crashes"][:5]:
         print(f"CRASH {name} ({mode}):\n{trace}", file=sys.stderr)
     return 1 if result["crashes"] else 0

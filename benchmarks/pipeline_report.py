@@ -49,7 +49,6 @@ Writes ``results/pipeline_latency.md``, ``.json`` and ``.png`` beside this file 
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -60,16 +59,16 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _harness as h  # noqa: E402
+
 if __name__ == "__main__":  # native kernels and graph calls: every usable core unless told otherwise
-    os.environ.setdefault("COLGRAPH_NUM_THREADS", str(len(os.sched_getaffinity(0))
-                                                      if hasattr(os, "sched_getaffinity") else os.cpu_count()))
+    os.environ.setdefault("COLGRAPH_NUM_THREADS", str(h.usable_cores()))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-sys.path.insert(0, str(HERE))
-import _harness as h  # noqa: E402
 import colgraph_engine as cg  # noqa: E402
 from colgraph_engine.kg import DocumentInput, Encoders, ImageInput, KnowledgeIndex, Segment  # noqa: E402
 from colgraph_engine.pipeline import STAGES, Pipeline, PipelineConfig  # noqa: E402
@@ -130,11 +129,8 @@ def make_document(number: int, shared: list[str], seed: int = 0, *, n_images: in
     ``photo``; more: ``photo-<j>``, image j in segment j mod 5), with random pixels or none;
     `stream` names the random stream (another script draws another corpus from the same rules)."""
     rng = random.Random(f"{stream}-{seed}-{number}")
-    names: list[str] = []
-    seen = set()
-    for name in rng.sample(shared, N_SHARED_PER_DOC):
-        names.append(name)
-        seen.add(name.lower())
+    names = rng.sample(shared, N_SHARED_PER_DOC)
+    seen = {name.lower() for name in names}
     while len(names) < N_ENTITIES:
         name = _name(rng)
         if name.lower() not in seen:
@@ -235,20 +231,9 @@ def vector_bytes(index: KnowledgeIndex) -> int:
     return sum(st.values.numel() * st.values.element_size() for st in index.stores.values())
 
 
-def rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def available_memory() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 8 << 30
+    """MemAvailable of /proc/meminfo in bytes (8 GiB where it cannot be read)."""
+    return h.proc_bytes("MemAvailable", "/proc/meminfo", 8 << 30)
 
 
 def build_index(n_docs: int, encoders: Encoders, *, seed: int = 0, dtype=torch.float32, chunk: int = 5000,
@@ -268,6 +253,10 @@ def build_index(n_docs: int, encoders: Encoders, *, seed: int = 0, dtype=torch.f
 
 def cache_path(cache: pathlib.Path, n_docs: int, seed: int, dtype) -> pathlib.Path:
     return cache / f"pipeline-n{n_docs}-seed{seed}-{str(dtype).replace('torch.', '')}-v{CORPUS_VERSION}"
+
+
+def is_cached(cache: pathlib.Path | None, n_docs: int, seed: int, dtype) -> bool:
+    return cache is not None and (cache_path(cache, n_docs, seed, dtype) / "manifest.json").exists()
 
 
 def bytes_per_document(encoders: Encoders, dtype, seed: int) -> float:
@@ -296,12 +285,33 @@ def plan_size(n_docs: int, per_doc: float, budget: int, cached: bool) -> str | N
     return None
 
 
+def choose_sizes(sizes: list[int], per_doc: float, budget: int, cache, args, dtype) -> tuple[dict, list[str]]:
+    """``({documents: plan_size}, notes)``: each size that fits as asked, each that does not
+    lowered to the largest multiple of ``ROUND_TO`` that does (with a note saying so)."""
+    chosen, notes = {}, []
+    for n in sizes:
+        how = plan_size(n, per_doc, budget, is_cached(cache, n, args.seed, dtype))
+        if how is not None:
+            chosen[n] = how
+            continue
+        k = int(budget / (per_doc * BUILD_PEAK)) // ROUND_TO * ROUND_TO
+        gib = n * per_doc / 2**30
+        notes.append(f"{n:,} documents do not fit: {per_doc / 1024:.0f} KiB of vectors per document "
+                     f"({args.dtype}) x {n:,} = {gib:.1f} GiB resident, at least {gib * BUILD_PEAK:.0f} GiB at "
+                     f"the peak of building the index ({gib * SAVE_PEAK:.0f} GiB to save it, {gib * OPEN_PEAK:.0f} "
+                     f"GiB to open it), with {budget / 2**30:.1f} GiB usable ({args.memory_fraction:.0%} of "
+                     f"MemAvailable); ran {k:,} documents instead (the largest multiple of {ROUND_TO:,} that fits).")
+        if k > 0:
+            chosen.setdefault(k, plan_size(k, per_doc, budget, is_cached(cache, k, args.seed, dtype)))
+    return chosen, notes
+
+
 def load_or_build(n_docs: int, encoders: Encoders, cache: pathlib.Path | None, *, seed: int, dtype,
                   save: bool = True, progress: bool = True) -> tuple[KnowledgeIndex, dict]:
     """The index of `n_docs` documents, from the cache when it holds one; ``(index, how)``."""
     path = cache_path(cache, n_docs, seed, dtype) if cache is not None else None
     gc.collect()
-    before = rss()
+    before = h.proc_bytes("VmRSS")
     t0 = time.perf_counter()
     if path is not None and (path / "manifest.json").exists():
         index = KnowledgeIndex.open(path, encoders, verify=False, progress=progress)
@@ -320,8 +330,8 @@ def load_or_build(n_docs: int, encoders: Encoders, cache: pathlib.Path | None, *
     assemble = time.perf_counter() - t1
     gc.collect()
     info = {"documents": n_docs, "how": how, "path": None if path is None else str(path), "load_s": secs,
-            "assemble_s": assemble, "vector_bytes": vector_bytes(index), "rss_growth_bytes": rss() - before,
-            "counts": index.counts}
+            "assemble_s": assemble, "vector_bytes": vector_bytes(index),
+            "rss_growth_bytes": h.proc_bytes("VmRSS") - before, "counts": index.counts}
     return index, info
 
 
@@ -329,58 +339,37 @@ def load_or_build(n_docs: int, encoders: Encoders, cache: pathlib.Path | None, *
 # Measuring
 # ------------------------------------------------------------------------------------------
 
-def _stage_times(results, per: int) -> dict[str, float]:
-    t = results[0].timings
-    return {s: t.get(s, 0.0) / per for s in STAGES}
-
-
-def time_single(pipe: Pipeline, questions: list[str]) -> dict:
-    lat, stages = [], {s: [] for s in TIMED}
-    encode = []
-    for q in questions:
-        t0 = time.perf_counter()
-        r = pipe.retrieve(q)
-        wall = time.perf_counter() - t0
-        e2e = wall - r.timings["encode"]
-        lat.append(e2e)
-        encode.append(r.timings["encode"])
-        st = _stage_times([r], 1)
-        st["results"] = e2e - sum(st.values())
-        for s in TIMED:
-            stages[s].append(st[s])
-    return _summary(lat, len(questions), stages, encode)
-
-
-def time_batches(pipe: Pipeline, batches: list[list[str]]) -> dict:
-    lat, per_query, stages, encode = [], [], {s: [] for s in TIMED}, []
-    n = 0
+def time_batches(pipe: Pipeline, batches: list[list[str]], batched: bool = True) -> dict:
+    """Latency summary over `batches`: one ``retrieve_batch`` per batch (or, with `batched`
+    False, ``retrieve`` of each batch's one question). A query's latency is its batch's wall time
+    minus the pipeline's encode (every query of a batch waits for the whole batch); QPS = queries
+    / summed latency; stage and encode times are medians per query (batch times / B)."""
+    lat, walls, encode, stages = [], [], [], {s: [] for s in TIMED}
     for b in batches:
         t0 = time.perf_counter()
-        rs = pipe.retrieve_batch(b)
+        rs = pipe.retrieve_batch(b) if batched else [pipe.retrieve(b[0])]
         wall = time.perf_counter() - t0
-        e2e = wall - rs[0].timings["encode"]
-        lat += [e2e] * len(b)  # every query of the batch waits for the whole batch
-        per_query.append(e2e / len(b))
-        encode.append(rs[0].timings["encode"] / len(b))
-        st = _stage_times(rs, len(b))
+        t = rs[0].timings
+        e2e = wall - t["encode"]
+        lat += [e2e] * len(b)
+        walls.append(e2e)
+        encode.append(t["encode"] / len(b))
+        st = {s: t.get(s, 0.0) / len(b) for s in STAGES}
         st["results"] = e2e / len(b) - sum(st.values())
         for s in TIMED:
             stages[s].append(st[s])
-        n += len(b)
-    out = _summary(lat, n, stages, encode, total=sum(per_query) * len(batches[0]))
-    out["batch_size"] = len(batches[0])
-    out["batches"] = len(batches)
-    out["amortised_ms_per_query_p50"] = 1e3 * statistics.median(per_query)
-    return out
-
-
-def _summary(lat: list[float], n: int, stages: dict, encode: list[float], total: float | None = None) -> dict:
     a = np.asarray(lat)
-    total = float(a.sum()) if total is None else total
-    return {"queries": n, "p50_ms": 1e3 * float(np.percentile(a, 50)), "p99_ms": 1e3 * float(np.percentile(a, 99)),
-            "mean_ms": 1e3 * float(a.mean()), "qps": n / total,
+    return {"queries": len(lat), "batch_size": len(batches[0]), "batches": len(batches),
+            "p50_ms": 1e3 * float(np.percentile(a, 50)), "p99_ms": 1e3 * float(np.percentile(a, 99)),
+            "mean_ms": 1e3 * float(a.mean()), "qps": len(lat) / sum(walls),
+            "amortised_ms_per_query_p50": 1e3 * statistics.median(w / len(b) for w, b in zip(walls, batches)),
             "stage_ms_per_query": {s: 1e3 * statistics.median(v) for s, v in stages.items()},
             "pipeline_encode_ms_per_query": 1e3 * statistics.median(encode)}
+
+
+def time_single(pipe: Pipeline, questions: list[str]) -> dict:
+    """``retrieve`` one question at a time (:func:`time_batches` of batches of one)."""
+    return time_batches(pipe, [[q] for q in questions], batched=False)
 
 
 def signature(r) -> tuple:
@@ -394,8 +383,8 @@ def check_batched(pipe: Pipeline, questions: list[str], batch_size: int) -> int:
     for lo in range(0, len(questions), batch_size):
         for i, r in enumerate(pipe.retrieve_batch(questions[lo:lo + batch_size])):
             if signature(r) != single[lo + i]:
-                raise AssertionError(f"batch of {batch_size}: question {lo + i} ({questions[lo + i]!r}) differs "
-                                     f"from retrieve(): {signature(r)} vs {single[lo + i]}")
+                raise h.CorrectnessError(f"batch of {batch_size}: question {lo + i} ({questions[lo + i]!r}) "
+                                         f"differs from retrieve(): {signature(r)} vs {single[lo + i]}")
     return len(questions)
 
 
@@ -411,14 +400,6 @@ def time_encoders(encoders: Encoders, questions: list[str]) -> dict:
     return {"queries": len(questions), "seconds": secs, "ms_per_query": 1e3 * secs / len(questions)}
 
 
-def _hwm() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def peak_growth(fn) -> int | None:
     """Peak RSS growth while `fn` runs: VmHWM reset through /proc/self/clear_refs (Linux)."""
     gc.collect()
@@ -427,12 +408,13 @@ def peak_growth(fn) -> int | None:
             f.write("5")
     except OSError:
         return None
-    base = rss()
+    base = h.proc_bytes("VmRSS")
     fn()
-    return _hwm() - base
+    return h.proc_bytes("VmHWM") - base
 
 
 def measure_memory(pipe: Pipeline, questions: list[str], n_nodes: int) -> dict:
+    """Peak RSS growth (best of 2, after a warm call) of one batch of 1 and one of 64."""
     out = {}
     for b in (1, 64):
         qs = (questions * (64 // len(questions) + 1))[:b]
@@ -450,34 +432,32 @@ def run_size(pipe: Pipeline, questions: list[str], n_single: int, batch_sizes: t
     """Single and batched timings of one index (the report's core; see the module docstring)."""
     need = max([n_single] + [b * n_batches for b in batch_sizes])
     qs = (questions * (need // len(questions) + 1))[:need]
-    checked = check_batched(pipe, qs[:check], max(batch_sizes))
+    out = {"checked_batched_equal_single": check_batched(pipe, qs[:check], max(batch_sizes))}  # before timing
     for q in qs[:warmup]:
         pipe.retrieve(q)
-    out = {"checked_batched_equal_single": checked}
-    steps = [("single", None)] + [(f"batch_{b}", b) for b in batch_sizes]
-    for name, b in tqdm(steps, desc="timing", leave=False, disable=not progress):
-        if b is None:
-            out[name] = time_single(pipe, qs[:n_single])
-        else:
-            pipe.retrieve_batch(qs[:b])  # warm-up batch
-            out[name] = time_batches(pipe, [qs[i * b:(i + 1) * b] for i in range(n_batches)])
-            out[name]["ratio_qps_vs_single"] = out[name]["qps"] / out["single"]["qps"]
+    out["single"] = time_single(pipe, qs[:n_single])
+    for b in tqdm(batch_sizes, desc="timing batches", leave=False, disable=not progress):
+        pipe.retrieve_batch(qs[:b])  # warm-up batch
+        res = time_batches(pipe, [qs[i * b:(i + 1) * b] for i in range(n_batches)])
+        out[f"batch_{b}"] = {**res, "ratio_qps_vs_single": res["qps"] / out["single"]["qps"]}
     return out
+
+
+SWEEP = {"kd": (5, 10, 20, 40), "kg": (5, 10, 20), "hops": (0, 1, 2, 3), "filter": ("default", "mkg", "off"),
+         "visual_ranker": ("maxsim", "pooled", "off")}  # one setting at a time, from the defaults
 
 
 def sweep(index: KnowledgeIndex, encoders: Encoders, base: PipelineConfig, questions: list[str], warmup: int,
           progress: bool = True) -> list[dict]:
-    settings = ([("kd", v) for v in (5, 10, 20, 40)] + [("kg", v) for v in (5, 10, 20)]
-                + [("hops", v) for v in (0, 1, 2, 3)] + [("filter", v) for v in ("default", "mkg", "off")]
-                + [("visual_ranker", v) for v in ("maxsim", "pooled", "off")])
+    """p50 / p99 / QPS and per-stage ms of single queries for each setting of :data:`SWEEP`."""
     rows = []
-    for name, value in tqdm(settings, desc="sweep", disable=not progress):
+    for name, value in tqdm([(k, v) for k, vs in SWEEP.items() for v in vs], desc="sweep", disable=not progress):
         pipe = Pipeline(index, encoders, base.replace(**{name: value}))
         for q in questions[:warmup]:
             pipe.retrieve(q)
         res = time_single(pipe, questions)
-        rows.append({"setting": name, "value": value, "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"],
-                     "qps": res["qps"], "stage_ms_per_query": res["stage_ms_per_query"]})
+        rows.append({"setting": name, "value": value,
+                     **{k: res[k] for k in ("p50_ms", "p99_ms", "qps", "stage_ms_per_query")}})
     return rows
 
 
@@ -508,57 +488,75 @@ def _ms(x: float) -> str:
     return f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
 
 
+def dominant(st: dict) -> str:
+    """The stage that costs most in ``stage_ms_per_query`` `st`."""
+    return max(TIMED, key=lambda s: st[s])
+
+
+def _dominant_share(st: dict) -> str:
+    return f"{dominant(st)} ({100 * st[dominant(st)] / max(sum(st.values()), 1e-12):.0f}%)"
+
+
+def _dominant_ms(st: dict) -> str:
+    return f"{dominant(st)} ({_ms(st[dominant(st)])} ms)"
+
+
+def _timed_cell(how):
+    """A cell of the end-to-end table, left empty on the encoders' row."""
+    return lambda x: "" if "encode_ms" in x else how(x)
+
+
+def modes(size: dict) -> list[dict]:
+    """One size's single and batch rows, each with ``n`` (documents) and ``mode`` ("single", "batch 16")."""
+    names = ["single"] + [k for k in size["result"] if k.startswith("batch_")]
+    return [dict(size["result"][m], n=size["index"]["documents"], mode=m.replace("_", " ")) for m in names]
+
+
 def to_markdown(rep: dict) -> list[str]:
     """The report's body (``_harness.write`` adds title and environment header)."""
-    a = rep["settings"]
     lines = [
-        f"Settings: {json.dumps(a)}", "",
-        f"Config: {json.dumps(rep['config'])}", "",
+        f"Settings: {json.dumps(rep['settings'])}", "", f"Config: {json.dumps(rep['config'])}", "",
         "Corpus per document: 5 segments x 40-80 words, 10 entities (2 shared across ~40 documents), "
         "10 relations (LightRAG records), 1 image 32x32 with a 2-3 object scene graph and region matches; "
         "embedded by `Encoders.offline()` through `add_documents` (no precomputed vectors). "
         "Latency excludes query encoding (timed apart: row *encode*); it includes the seven stages and the "
         "assembly of the Result objects (*results*). Batched rows: a query's latency is its batch's wall time.", "",
-    ]
-    notes = rep.get("size_notes") or []
-    lines += [f"**Size note:** {n}" for n in notes] + ([""] if notes else [])
-    idx = [r["index"] for r in rep["sizes"]]
-    lines += ["## Indexes", "", *h.table(
-        [("documents:", lambda i: f"{i['documents']:,}"), ("nodes:", lambda i: f"{i['counts']['nodes']:,}"),
-         ("edges:", lambda i: f"{i['counts']['edges']:,}"), ("vector MiB:", lambda i: f"{i['vector_bytes'] / 2**20:,.0f}"),
-         ("how", "how"), ("load s:", lambda i: f"{i['load_s']:.1f}"), ("assemble s:", lambda i: f"{i['assemble_s']:.2f}"),
-         ("RSS growth MiB:", lambda i: f"{i['rss_growth_bytes'] / 2**20:,.0f}")], idx)]
-    modes = [dict(x, n=r["index"]["documents"], mode=m.replace("_", " ")) for r in rep["sizes"]
-             for m in ["single"] + [k for k in r["result"] if k.startswith("batch_")] for x in [r["result"][m]]]
+        *[f"**Size note:** {n}" for n in rep.get("size_notes") or []], *([""] if rep.get("size_notes") else []),
+        "## Indexes", "", *h.table(
+            [("documents:", lambda i: f"{i['documents']:,}"), ("nodes:", lambda i: f"{i['counts']['nodes']:,}"),
+             ("edges:", lambda i: f"{i['counts']['edges']:,}"),
+             ("vector MiB:", lambda i: f"{i['vector_bytes'] / 2**20:,.0f}"), ("how", "how"),
+             ("load s:", lambda i: f"{i['load_s']:.1f}"), ("assemble s:", lambda i: f"{i['assemble_s']:.2f}"),
+             ("RSS growth MiB:", lambda i: f"{i['rss_growth_bytes'] / 2**20:,.0f}")],
+            [r["index"] for r in rep["sizes"]])]
     e2e = []
-    for r in rep["sizes"]:  # each size's modes, then its encoders' row
-        n, e = r["index"]["documents"], r["result"]["encode"]
-        e2e += [[f"{n:,}", x["mode"], x["queries"], _ms(x["p50_ms"]), _ms(x["p99_ms"]), f"{x['qps']:,.1f}",
-                 f"{x.get('ratio_qps_vs_single', 1.0):.2f}x", _ms(x.get("amortised_ms_per_query_p50", x["p50_ms"]))]
-                for x in modes if x["n"] == n]
-        e2e.append([f"{n:,}", "encode (offline encoders, apart)", e["queries"], f"{_ms(e['ms_per_query'])} per query",
-                    "", "", "", ""])
-    cols = ["documents:", "mode", "queries:", "p50 ms:", "p99 ms:", "QPS:", "QPS vs single:", "amortised ms/query:"]
-    lines += ["", "## End to end (encoders excluded)", "",
-              *h.table([(c, lambda r, i=i: str(r[i])) for i, c in enumerate(cols)], e2e)]
-    t = rep.get("targets", {})
-    if t:
+    for size in rep["sizes"]:  # each size's modes, then its encoders' row
+        e = size["result"]["encode"]
+        e2e += modes(size) + [{"n": size["index"]["documents"], "mode": "encode (offline encoders, apart)",
+                               "queries": e["queries"], "encode_ms": e["ms_per_query"]}]
+    lines += ["", "## End to end (encoders excluded)", "", *h.table(
+        [("documents:", lambda x: f"{x['n']:,}"), ("mode", "mode"), ("queries:", "queries"),
+         ("p50 ms:", lambda x: f"{_ms(x['encode_ms'])} per query" if "encode_ms" in x else _ms(x["p50_ms"])),
+         ("p99 ms:", _timed_cell(lambda x: _ms(x["p99_ms"]))),
+         ("QPS:", _timed_cell(lambda x: f"{x['qps']:,.1f}")),
+         ("QPS vs single:", _timed_cell(lambda x: f"{x.get('ratio_qps_vs_single', 1.0):.2f}x")),
+         ("amortised ms/query:", _timed_cell(lambda x: _ms(x.get("amortised_ms_per_query_p50", x["p50_ms"]))))],
+         e2e)]
+    if rep.get("targets"):
         lines += ["", "Targets at the smallest size: " + "; ".join(
-            f"{k}: {v['value']:.2f} ({'met' if v['met'] else 'NOT met'}, target {v['target']})" for k, v in t.items())]
-    dom = lambda st: max(TIMED, key=lambda s: st[s])  # noqa: E731 - the stage that costs most
+            f"{k}: {v['value']:.2f} ({'met' if v['met'] else 'NOT met'}, target {v['target']})"
+            for k, v in rep["targets"].items())]
     lines += ["", "## Per stage (median ms per query)", "", *h.table(
         [("documents:", lambda x: f"{x['n']:,}"), ("mode", "mode")]
         + [(f"{s}:", lambda x, s=s: _ms(x["stage_ms_per_query"][s])) for s in TIMED]
-        + [("dominant:", lambda x: (lambda st, d: f"{d} ({100 * st[d] / max(sum(st.values()), 1e-12):.0f}%)")(
-            x["stage_ms_per_query"], dom(x["stage_ms_per_query"])))], modes)]
+        + [("dominant:", lambda x: _dominant_share(x["stage_ms_per_query"]))],
+        [m for size in rep["sizes"] for m in modes(size)])]
     if rep.get("sweep"):
         lines += ["", f"## Sweep at {rep['sweep_documents']:,} documents (single queries, one setting changed from "
                   "the defaults)", "", *h.table(
                       [("setting", "setting"), ("value", "value"), ("p50 ms:", lambda x: _ms(x["p50_ms"])),
                        ("p99 ms:", lambda x: _ms(x["p99_ms"])), ("QPS:", lambda x: f"{x['qps']:,.1f}"),
-                       ("dominant stage", lambda x: f"{dom(x['stage_ms_per_query'])} "
-                                                    f"({_ms(x['stage_ms_per_query'][dom(x['stage_ms_per_query'])])} ms)")],
-                      rep["sweep"])]
+                       ("dominant stage", lambda x: _dominant_ms(x["stage_ms_per_query"]))], rep["sweep"])]
     mem = rep.get("memory")
     if mem:
         g1, g64 = mem["batch_1_peak_rss_growth_bytes"], mem["batch_64_peak_rss_growth_bytes"]
@@ -572,50 +570,48 @@ def to_markdown(rep: dict) -> list[str]:
     return lines
 
 
+def _stack(ax, xs, stage_ms: list[dict], colors: dict, width=0.8, labels: bool = True) -> np.ndarray:
+    """Bars at `xs` stacked by stage (``TIMED``) from each entry's ms per stage; the bars' tops."""
+    bottom = np.zeros(len(stage_ms))
+    for s in TIMED:
+        hs = np.array([st[s] for st in stage_ms])
+        ax.bar(xs, hs, width, bottom=bottom, color=colors[s], label=s if labels else None, edgecolor="white",
+               linewidth=0.3)
+        bottom += hs
+    return bottom
+
+
 def plot(rep: dict, path: pathlib.Path) -> None:
+    """Left: ms per query stacked by stage per index size and mode; right: the Kd, Kg, l sweeps."""
     plt, note = h.matplotlib_or_note()
     if plt is None:
         print(note)
         return
-
     colors = dict(zip(TIMED, plt.get_cmap("tab10").colors))
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.6))
-    ax = axes[0]
-    sizes = rep["sizes"]
-    labels = [f"{r['index']['documents']:,}" for r in sizes]
-    modes = ["single"] + [k for k in sizes[0]["result"] if k.startswith("batch_")]
-    width = 0.8 / len(modes)
-    for j, mode in enumerate(modes):
-        bottom = np.zeros(len(sizes))
-        for s in TIMED:
-            hs = np.array([r["result"][mode]["stage_ms_per_query"][s] for r in sizes])
-            ax.bar(np.arange(len(sizes)) + (j - (len(modes) - 1) / 2) * width, hs, width * 0.95, bottom=bottom,
-                   color=colors[s], label=s if j == 0 else None, edgecolor="white", linewidth=0.3)
-            bottom += hs
-        for x, y in zip(np.arange(len(sizes)) + (j - (len(modes) - 1) / 2) * width, bottom):
+    ax, sizes = axes[0], rep["sizes"]
+    names = ["single"] + [k for k in sizes[0]["result"] if k.startswith("batch_")]
+    width = 0.8 / len(names)
+    for j, mode in enumerate(names):
+        xs = np.arange(len(sizes)) + (j - (len(names) - 1) / 2) * width
+        tops = _stack(ax, xs, [r["result"][mode]["stage_ms_per_query"] for r in sizes], colors, width * 0.95, j == 0)
+        for x, y in zip(xs, tops):
             ax.text(x, y, mode.replace("batch_", "B"), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(np.arange(len(sizes)), labels)
+    ax.set_xticks(np.arange(len(sizes)), [f"{r['index']['documents']:,}" for r in sizes])
     ax.set_yscale("log")
-    ax.set_xlabel("documents in the index")
-    ax.set_ylabel("ms per query (median per stage, stacked)")
-    ax.set_title("cost vs index size (single, B16, B64)")
+    ax.set(xlabel="documents in the index", ylabel="ms per query (median per stage, stacked)",
+           title="cost vs index size (single, B16, B64)")
     ax.legend(fontsize=7, loc="upper left")
     for ax, name, title in zip(axes[1:], ("kd", "kg", "hops"), ("Kd (documents recalled)", "Kg (seeds)", "l (hops)")):
         rows = [s for s in rep.get("sweep", []) if s["setting"] == name]
-        if not rows:
-            ax.set_visible(False)
-            continue
-        xs = [str(s["value"]) for s in rows]
-        bottom = np.zeros(len(rows))
-        for s in TIMED:
-            hs = np.array([r["stage_ms_per_query"][s] for r in rows])
-            ax.bar(xs, hs, bottom=bottom, color=colors[s], label=s)
-            bottom += hs
-        ax.plot(xs, [r["p50_ms"] for r in rows], "k.--", label="p50 end to end")
-        ax.set_xlabel(title)
-        ax.set_ylabel("ms per query")
-        ax.set_title(f"vs {title.split(' ')[0]} at {rep['sweep_documents']:,} documents")
-        ax.legend(fontsize=6, loc="upper left")
+        ax.set_visible(bool(rows))
+        if rows:
+            xs = [str(s["value"]) for s in rows]
+            _stack(ax, xs, [r["stage_ms_per_query"] for r in rows], colors)
+            ax.plot(xs, [r["p50_ms"] for r in rows], "k.--", label="p50 end to end")
+            ax.set(xlabel=title, ylabel="ms per query",
+                   title=f"vs {title.split(' ')[0]} at {rep['sweep_documents']:,} documents")
+            ax.legend(fontsize=6, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -626,9 +622,8 @@ def plot(rep: dict, path: pathlib.Path) -> None:
 # ------------------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = h.parser(__doc__)
     p.add_argument("--sizes", default="1000,10000,100000", help="comma-separated document counts")
-    p.add_argument("--quick", action="store_true", help="200 documents, few queries, no cache (< 60 s)")
     p.add_argument("--queries", type=int, default=40, help="single queries timed per size (after warm-up)")
     p.add_argument("--batches", type=int, default=2, help="batches timed per batch size")
     p.add_argument("--batch-sizes", default="16,64")
@@ -641,59 +636,47 @@ def parse_args(argv=None):
     p.add_argument("--memory-fraction", type=float, default=0.85, help="of MemAvailable an index may need at peak")
     p.add_argument("--cache", type=pathlib.Path, default=HERE / ".cache")
     p.add_argument("--no-cache", action="store_true")
-    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = p.parse_args(argv)
-    if args.quick:
+    if args.quick:  # 200 documents, few queries, no cache (< 60 s)
         args.sizes, args.queries, args.batches, args.sweep_queries, args.warmup = "200", 8, 1, 6, 1
         args.batch_sizes, args.no_cache = "4,16", True
     return args
 
 
+def targets(small: dict, n: int, big_b: str) -> dict:
+    """The smallest size against the issue's targets: p50 <= 50 ms, batched / single QPS >= 4."""
+    p50, ratio = small["single"]["p50_ms"], small[big_b]["ratio_qps_vs_single"]
+    return {f"p50 ms at {n:,} docs": {"value": p50, "target": "<= 50", "met": p50 <= 50},
+            f"{big_b} QPS / single QPS at {n:,} docs": {"value": ratio, "target": ">= 4", "met": ratio >= 4}}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    sys.path.insert(0, str(HERE))
     torch.set_num_threads(args.torch_threads)
     dtype = getattr(torch, args.dtype)
-    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     encoders = Encoders.offline(text_dim=128)
     cache = None if args.no_cache else args.cache
     info = machine_info()
     t_start = time.perf_counter()
-    notes, findings = [], []
     per_doc = bytes_per_document(encoders, dtype, args.seed)
-    budget = int(available_memory() * args.memory_fraction)
-    chosen: dict[int, str] = {}
-    for n in sizes:
-        cached = cache is not None and (cache_path(cache, n, args.seed, dtype) / "manifest.json").exists()
-        how = plan_size(n, per_doc, budget, cached)
-        if how is not None:
-            chosen[n] = how
-            continue
-        k = int(budget / (per_doc * BUILD_PEAK)) // ROUND_TO * ROUND_TO
-        k_cached = cache is not None and (cache_path(cache, k, args.seed, dtype) / "manifest.json").exists()
-        notes.append(f"{n:,} documents do not fit: {per_doc / 1024:.0f} KiB of vectors per document "
-                     f"({args.dtype}) x {n:,} = {n * per_doc / 2**30:.1f} GiB resident, at least "
-                     f"{n * per_doc * BUILD_PEAK / 2**30:.0f} GiB at the peak of building the index "
-                     f"({n * per_doc * SAVE_PEAK / 2**30:.0f} GiB to save it, {n * per_doc * OPEN_PEAK / 2**30:.0f} "
-                     f"GiB to open it), with {budget / 2**30:.1f} GiB usable ({args.memory_fraction:.0%} of "
-                     f"MemAvailable); ran {k:,} documents instead (the largest multiple of {ROUND_TO:,} that fits).")
-        if k > 0:
-            chosen.setdefault(k, plan_size(k, per_doc, budget, k_cached))
+    chosen, notes = choose_sizes(sorted({int(s) for s in args.sizes.split(",") if s.strip()}), per_doc,
+                                 int(available_memory() * args.memory_fraction),
+                                 cache, args, dtype)
     sizes = sorted(chosen)
-    for nline in notes:
-        tqdm.write("NOTE: " + nline)
+    for line in notes:
+        tqdm.write("NOTE: " + line)
     n_questions = max([args.queries] + [b * args.batches for b in batch_sizes])
-    rep = {"machine": info, "settings": {"sizes": sizes, "requested_sizes": args.sizes, "quick": args.quick, "queries": args.queries,
-                        "batches": args.batches, "batch_sizes": list(batch_sizes), "warmup": args.warmup,
-                        "sweep_queries": args.sweep_queries, "seed": args.seed, "dtype": args.dtype,
-                        "torch_threads": args.torch_threads, "vector_bytes_per_document": per_doc,
-                        "encoders": encoders.describe()},
-           "config": PipelineConfig().as_dict(), "size_notes": notes, "sizes": []}
+    settings = {"sizes": sizes, "requested_sizes": args.sizes, "quick": args.quick, "queries": args.queries,
+                "batches": args.batches, "batch_sizes": list(batch_sizes), "warmup": args.warmup,
+                "sweep_queries": args.sweep_queries, "seed": args.seed, "dtype": args.dtype,
+                "torch_threads": args.torch_threads, "vector_bytes_per_document": per_doc,
+                "encoders": encoders.describe()}
+    rep = {"machine": info, "settings": settings, "config": PipelineConfig().as_dict(), "size_notes": notes,
+           "sizes": []}
     sweep_n = args.sweep_size if args.sweep_size in sizes else sizes[0]
     for n in sizes:
-        index, iinfo = load_or_build(n, encoders, cache, seed=args.seed, dtype=dtype,
-                                     save=chosen[n] != "build")
+        index, iinfo = load_or_build(n, encoders, cache, seed=args.seed, dtype=dtype, save=chosen[n] != "build")
         questions = make_questions(n_questions, n, args.seed)
         largest = n == sizes[-1]
         res = core(index, encoders, questions, n_single=args.queries, batch_sizes=batch_sizes,
@@ -703,37 +686,26 @@ def main(argv=None) -> int:
         if largest:
             rep["memory"], rep["memory_documents"] = res["memory"], n
         if n == sweep_n:
-            rep["sweep"] = sweep(index, encoders, PipelineConfig(), make_questions(args.sweep_queries, n, args.seed + 1),
-                                 args.warmup)
+            rep["sweep"] = sweep(index, encoders, PipelineConfig(),
+                                 make_questions(args.sweep_queries, n, args.seed + 1), args.warmup)
             rep["sweep_documents"] = n
         tqdm.write(f"{n:,} documents: single p50 {res['single']['p50_ms']:.1f} ms, QPS {res['single']['qps']:.1f}; "
                    + ", ".join(f"{k} QPS {v['qps']:.1f} ({v['ratio_qps_vs_single']:.2f}x)"
                                for k, v in res.items() if k.startswith("batch_")))
         del index
         gc.collect()
-    small = rep["sizes"][0]["result"]
-    big_b = f"batch_{max(batch_sizes)}"
-    rep["targets"] = {
-        f"p50 ms at {sizes[0]:,} docs": {"value": small["single"]["p50_ms"], "target": "<= 50",
-                                         "met": small["single"]["p50_ms"] <= 50},
-        f"{big_b} QPS / single QPS at {sizes[0]:,} docs": {"value": small[big_b]["ratio_qps_vs_single"],
-                                                             "target": ">= 4", "met": small[big_b]["ratio_qps_vs_single"] >= 4},
-    }
+    rep["targets"] = targets(rep["sizes"][0]["result"], sizes[0], f"batch_{max(batch_sizes)}")
+    rep["findings"] = []
     for r in rep["sizes"]:
         st = r["result"]["single"]["stage_ms_per_query"]
-        dom = max(TIMED, key=lambda s: st[s])
-        findings.append(f"{r['index']['documents']:,} documents, single query: {dom} dominates "
-                        f"({_ms(st[dom])} of {_ms(sum(st.values()))} ms).")
-    rep["findings"] = findings + list(EXTRA_FINDINGS)
+        rep["findings"].append(f"{r['index']['documents']:,} documents, single query: {dominant(st)} dominates "
+                               f"({_ms(st[dominant(st)])} of {_ms(sum(st.values()))} ms).")
     rep["total_s"] = time.perf_counter() - t_start
     stem = h.stem("pipeline_latency", args)
     if h.write(stem, "Pipeline latency: Pipeline.retrieve / retrieve_batch on synthetic indexes", to_markdown(rep),
                rep, args.out, e=info) is not None:
         plot(rep, args.out / f"{stem}.png")
     return 0
-
-
-EXTRA_FINDINGS: tuple[str, ...] = ()
 
 
 if __name__ == "__main__":

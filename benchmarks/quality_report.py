@@ -43,8 +43,6 @@ arguments and the time of every stage.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import hashlib
 import json
 import pathlib
@@ -60,7 +58,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import _impls  # noqa: E402
+import _harness as h  # noqa: E402
 import colgraph_engine as cg  # noqa: E402
 from colgraph_engine.eval import evaluate_rankings  # noqa: E402
 from colgraph_engine.eval.datasets import load_mmlongbench  # noqa: E402
@@ -73,23 +71,30 @@ TIE = 1e-4
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__, quick=False, out=HERE / "results")
     ap.add_argument("--data", type=pathlib.Path, default=DEFAULT_DATA)
     ap.add_argument("--max-docs", type=int, default=None)
     ap.add_argument("--image-pages", type=int, default=140)
     ap.add_argument("--image-scale", type=float, default=0.75)
     ap.add_argument("--ocr", action="store_true", help="OCR pages of documents without a text layer")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     ap.add_argument("--name", default=None, help="output file stem (default: quality, or quality_ocr with --ocr)")
     ap.add_argument("--skip-cross-exactness", action="store_true",
                     help="leave out the cross-document exactness check (reference scores against every page)")
     ap.add_argument("--no-reuse", action="store_true",
                     help="recompute the image side even when a cached result for the same inputs exists")
     args = ap.parse_args(argv)
-    if args.name is None:
-        args.name = "quality_ocr" if args.ocr else "quality"
+    args.name = args.name or ("quality_ocr" if args.ocr else "quality")
     return args
+
+
+def open_mmlongbench(folder: pathlib.Path):
+    """The MMLongBench-Doc dataset in `folder`, or None (with a note) when it is not there."""
+    if (folder / "samples.json").is_file():
+        return load_mmlongbench(folder)
+    print(f"MMLongBench-Doc data not found at {folder} (expected samples.json and documents/); "
+          "this benchmark needs it and writes nothing without it.")
+    return None
 
 
 def reference_matrix(qv: torch.Tensor, qo: torch.Tensor, pv: torch.Tensor, po: torch.Tensor,
@@ -126,14 +131,6 @@ def reference_matrix(qv: torch.Tensor, qo: torch.Tensor, pv: torch.Tensor, po: t
     return out
 
 
-def reference_scores(q: torch.Tensor, pages: list[torch.Tensor]) -> torch.Tensor:
-    """``[P]`` float64 MaxSim of one query against each page, one page at a time (the slow
-    form of :func:`reference_matrix`, kept as its check)."""
-    q = q.double()
-    return torch.tensor([float((q @ p.double().T).amax(1).sum()) if p.shape[0] else float("-inf") for p in pages],
-                        dtype=torch.float64)
-
-
 def ranking(scores: torch.Tensor) -> list[int]:
     """Indices by score descending, ties by index (stable)."""
     return sorted(range(scores.numel()), key=lambda i: (-float(scores[i]), i))
@@ -147,107 +144,71 @@ def agrees(engine: torch.Tensor, ref: torch.Tensor) -> bool:
         return False
     if (engine.double()[finite] - ref[finite]).abs().max().item() > TIE if finite.any() else False:
         return False
-    order = ranking(engine)
-    r = ref[order]
+    r = ref[ranking(engine)]
     r = r[torch.isfinite(r)]  # empty pages (-inf) rank last in both; -inf - -inf would be NaN
     return bool((r[1:] - r[:-1] <= TIE).all()) if r.numel() > 1 else True
 
 
-def text_side(args, ds, encoder, report):
-    docs = selected_docs(args, ds)
-    stages = report["stages_s"]
-    ocr = None
-    if args.ocr:
-        from colgraph_engine.encoders.ocr import RapidOcr
-        ocr = RapidOcr()
-    page_texts, page_ref, excluded, ocr_docs = [], [], [], []
-    t0 = time.perf_counter()
+def selected_docs(args, ds):
+    return ds.doc_ids if args.max_docs is None else ds.doc_ids[: args.max_docs]
+
+
+def read_pages(args, ds, docs, ocr):
+    """``(page texts, [(doc, page)], excluded docs, OCR'd docs)``: text layers, or OCR (with
+    ``--ocr``) for documents where under half the pages have one."""
+    from colgraph_engine.eval.pdf import render_pdf
+
+    texts, refs, excluded, ocr_docs = [], [], [], []
     for doc in tqdm(docs, desc="text layers"):
         pages = ds.pages(doc)
-        with_layer = sum(p.text_source == "layer" for p in pages)
-        if with_layer * 2 < len(pages):
+        if sum(p.text_source == "layer" for p in pages) * 2 < len(pages):
             if ocr is None:
                 excluded.append(doc)
                 continue
-            from colgraph_engine.eval.pdf import render_pdf
             pages = render_pdf(ds.pdf_path(doc), with_images=False, ocr=ocr, ocr_scale=2.0, progress=True)
             ocr_docs.append(doc)
-        for p in pages:
-            page_texts.append(p.text)
-            page_ref.append((doc, p.number))
-    t_layer = stages["text extraction"] = time.perf_counter() - t0
-    kept = [d for d in docs if d not in excluded]
-    questions = [q for d in kept for q in ds.questions_for(d) if q.answerable]
-    t0 = time.perf_counter()
-    pv, po, pooled_pages = encoder.encode_with_pooled(page_texts, progress=True)
-    t_encode = stages["MiniLM page encoding"] = time.perf_counter() - t0
-    qv, qo, pooled_q = encoder.encode_with_pooled([q.question for q in questions])
-    key = "text extraction (layer; OCR where missing), pages/s" if ocr else "text layer extraction, pages/s"
-    report["throughput"][key] = len(page_texts) / t_layer
-    report["throughput"]["MiniLM token encoding, pages/s (256 pieces)"] = len(page_texts) / t_encode
+        texts += [p.text for p in pages]
+        refs += [(doc, p.number) for p in pages]
+    return texts, refs, excluded, ocr_docs
 
-    page_index = {ref: i for i, ref in enumerate(page_ref)}
-    doc_pages = defaultdict(list)
-    for i, (doc, _) in enumerate(page_ref):
-        doc_pages[doc].append(i)
-    # per-document candidates as CSR over the packed page store
-    cand = [doc_pages[q.doc_id] for q in questions]
-    cand_offsets = torch.tensor(np.concatenate([[0], np.cumsum([len(c) for c in cand])]), dtype=torch.int64)
-    cand_ids = torch.tensor([i for c in cand for i in c], dtype=torch.int64)
-    t0 = time.perf_counter()
-    flat = cg.maxsim_candidates(qv, qo, pv, po, cand_offsets, cand_ids)
-    t_rank = stages["engine per-document ranking"] = time.perf_counter() - t0
-    report["throughput"]["engine MaxSim per-document ranking, questions/s"] = len(questions) / t_rank
 
-    mismatches = 0
-    runs = {"per-document MaxSim": {}, "per-document pooled": {}, "cross-document MaxSim": {}, "cross-document pooled": {}}
-    qrels_doc, qrels_all = {}, {}
-    t0 = time.perf_counter()
+def cross_search(pv, po, qv, qo):
+    """The engine's top-10 ``(scores, page ids)`` of every question over all pages."""
     store = cg.PackedStore(pv.shape[1])
     store.add((pv, po))
-    cross_scores, cross_ids = store.search(qv, qo, k=10)
-    stages["engine cross-document search"] = time.perf_counter() - t0
-    pooled_all = pooled_q.float() @ pooled_pages.float().T
+    return store.search(qv, qo, k=10)
 
-    # per-document exactness: a document's pages and its questions are contiguous ranges
-    t0 = time.perf_counter()
+
+def per_document_reference(questions, doc_pages, qv, qo, pv, po) -> dict[int, torch.Tensor]:
+    """Question number -> fp64 reference scores over its document's pages (a document's pages
+    and its questions are contiguous ranges: one reference block per document)."""
     q_of_doc = defaultdict(list)
     for n, q in enumerate(questions):
         q_of_doc[q.doc_id].append(n)
-    ref_doc = {}
+    ref = {}
     for doc, ns in tqdm(q_of_doc.items(), desc="per-document exactness"):
         ids = doc_pages[doc]
         a, b, c, d = qo[ns[0]], qo[ns[-1] + 1], po[ids[0]], po[ids[-1] + 1]
         block = reference_matrix(qv[a:b], qo[ns[0]:ns[-1] + 2] - a, pv[c:d], po[ids[0]:ids[-1] + 2] - c)
-        for row, n in enumerate(ns):
-            ref_doc[n] = block[row]
-    for n, q in enumerate(questions):
-        ids = cand[n]
-        engine = flat[cand_offsets[n]:cand_offsets[n + 1]]
-        if not agrees(engine, ref_doc[n]):
-            mismatches += 1
-        numbers = [page_ref[i][1] for i in ids]
-        runs["per-document MaxSim"][q.qid] = [numbers[i] for i in ranking(engine)]
-        pooled = pooled_all[n, ids]
-        runs["per-document pooled"][q.qid] = [numbers[i] for i in ranking(pooled)]
-        qrels_doc[q.qid] = {p: 1 for p in q.evidence_pages}
-        runs["cross-document MaxSim"][q.qid] = [page_ref[int(i)] for i in cross_ids[n]]
-        runs["cross-document pooled"][q.qid] = [page_ref[int(i)] for i in pooled_all[n].topk(10).indices]
-        qrels_all[q.qid] = {(q.doc_id, p): 1 for p in q.evidence_pages if (q.doc_id, p) in page_index}
-    stages["per-document exactness (fp64 reference)"] = time.perf_counter() - t0
-    # cross-document exactness: the engine's top-10 scores equal the reference's top-10 scores
-    cross_checked = not args.skip_cross_exactness
-    if cross_checked:
-        t0 = time.perf_counter()
-        ref_all = reference_matrix(qv, qo, pv, po)
-        top = ref_all.topk(min(10, ref_all.shape[1]), dim=1).values
-        for n in range(len(questions)):
-            if (cross_scores[n].double() - top[n]).abs().max().item() > TIE:
-                print(f"cross-document mismatch for question {n}: engine {cross_scores[n].tolist()} "
-                      f"reference {top[n].tolist()}")
-                mismatches += 1
-        stages["cross-document exactness (fp64 reference)"] = time.perf_counter() - t0
+        ref.update((n, block[row]) for row, n in enumerate(ns))
+    return ref
 
+
+def cross_mismatches(cross_scores, qv, qo, pv, po) -> int:
+    """Questions whose engine cross-document top-10 scores differ from the reference's top 10."""
+    ref_all = reference_matrix(qv, qo, pv, po)
+    top = ref_all.topk(min(10, ref_all.shape[1]), dim=1).values
+    bad = 0
+    for n in range(top.shape[0]):
+        if (cross_scores[n].double() - top[n]).abs().max().item() > TIE:
+            print(f"cross-document mismatch for question {n}: engine {cross_scores[n].tolist()} "
+                  f"reference {top[n].tolist()}")
+            bad += 1
+    return bad
+
+
+def metric_rows(questions, runs, qrels_doc, qrels_all) -> list[dict]:
+    """One row per evidence-source group (``all`` first): each run's Recall@1/5, MRR@10, nDCG@10."""
     by_source = defaultdict(list)
     for q in questions:
         for s in q.evidence_sources or ("(none)",):
@@ -258,16 +219,71 @@ def text_side(args, ds, encoder, report):
         for name, run in runs.items():
             qrels = qrels_doc if name.startswith("per-document") else qrels_all
             sub = {qid: qrels[qid] for qid in qids if qrels[qid]}
-            if not sub:
-                continue
-            m = evaluate_rankings({qid: run[qid] for qid in sub}, sub, ks=(1, 5, 10))
-            row[name] = {k: m[k] for k in ("recall@1", "recall@5", "mrr@10", "ndcg@10")}
+            if sub:
+                m = evaluate_rankings({qid: run[qid] for qid in sub}, sub, ks=(1, 5, 10))
+                row[name] = {k: m[k] for k in ("recall@1", "recall@5", "mrr@10", "ndcg@10")}
         rows.append(row)
-    report["text"] = {"documents": len(kept), "excluded_no_text_layer": excluded, "ocr_documents": ocr_docs,
-                      "pages": len(page_texts),
-                      "questions": len(questions), "exactness_mismatches": mismatches,
-                      "cross_document_exactness_checked": cross_checked, "rows": rows,
-                      "skipped_labels": ds.skipped}
+    return rows
+
+
+def text_side(args, ds, encoder, report):
+    """Encodes pages and questions with MiniLM, ranks with the engine and pooled vectors, checks
+    the engine against the fp64 reference; fills ``report["text"]``, returns the mismatches."""
+    stages, rate = report["stages_s"], report["throughput"]
+    ocr = None
+    if args.ocr:
+        from colgraph_engine.encoders.ocr import RapidOcr
+        ocr = RapidOcr()
+    (page_texts, page_ref, excluded, ocr_docs), t = h.timed(read_pages, args, ds, selected_docs(args, ds), ocr)
+    stages["text extraction"] = t
+    key = "text extraction (layer; OCR where missing), pages/s" if ocr else "text layer extraction, pages/s"
+    rate[key] = len(page_texts) / t
+    questions = [q for d in selected_docs(args, ds) if d not in excluded for q in ds.questions_for(d) if q.answerable]
+    (pv, po, pooled_pages), t = h.timed(encoder.encode_with_pooled, page_texts, progress=True)
+    stages["MiniLM page encoding"] = t
+    rate["MiniLM token encoding, pages/s (256 pieces)"] = len(page_texts) / t
+    qv, qo, pooled_q = encoder.encode_with_pooled([q.question for q in questions])
+
+    page_index = {ref: i for i, ref in enumerate(page_ref)}
+    doc_pages = defaultdict(list)
+    for i, (doc, _) in enumerate(page_ref):
+        doc_pages[doc].append(i)
+    # per-document candidates as CSR over the packed page store
+    cand = [doc_pages[q.doc_id] for q in questions]
+    cand_offsets = torch.tensor(np.concatenate([[0], np.cumsum([len(c) for c in cand])]), dtype=torch.int64)
+    cand_ids = torch.tensor([i for c in cand for i in c], dtype=torch.int64)
+    flat, t = h.timed(cg.maxsim_candidates, qv, qo, pv, po, cand_offsets, cand_ids)
+    stages["engine per-document ranking"] = t
+    rate["engine MaxSim per-document ranking, questions/s"] = len(questions) / t
+    (cross_scores, cross_ids), stages["engine cross-document search"] = h.timed(cross_search, pv, po, qv, qo)
+    pooled_all = pooled_q.float() @ pooled_pages.float().T
+
+    ref_doc, t = h.timed(per_document_reference, questions, doc_pages, qv, qo, pv, po)
+    runs = {name: {} for name in ("per-document MaxSim", "per-document pooled", "cross-document MaxSim",
+                                  "cross-document pooled")}
+    qrels_doc, qrels_all = {}, {}
+    mismatches = 0
+    for n, q in enumerate(questions):
+        ids = cand[n]
+        engine = flat[cand_offsets[n]:cand_offsets[n + 1]]
+        mismatches += not agrees(engine, ref_doc[n])
+        numbers = [page_ref[i][1] for i in ids]
+        runs["per-document MaxSim"][q.qid] = [numbers[i] for i in ranking(engine)]
+        runs["per-document pooled"][q.qid] = [numbers[i] for i in ranking(pooled_all[n, ids])]
+        qrels_doc[q.qid] = {p: 1 for p in q.evidence_pages}
+        runs["cross-document MaxSim"][q.qid] = [page_ref[int(i)] for i in cross_ids[n]]
+        runs["cross-document pooled"][q.qid] = [page_ref[int(i)] for i in pooled_all[n].topk(10).indices]
+        qrels_all[q.qid] = {(q.doc_id, p): 1 for p in q.evidence_pages if (q.doc_id, p) in page_index}
+    stages["per-document exactness (fp64 reference)"] = t
+    if not args.skip_cross_exactness:  # the engine's top-10 scores equal the reference's top-10 scores
+        bad, t = h.timed(cross_mismatches, cross_scores, qv, qo, pv, po)
+        stages["cross-document exactness (fp64 reference)"] = t
+        mismatches += bad
+    report["text"] = {"documents": len(selected_docs(args, ds)) - len(excluded), "excluded_no_text_layer": excluded,
+                      "ocr_documents": ocr_docs, "pages": len(page_texts), "questions": len(questions),
+                      "exactness_mismatches": mismatches,
+                      "cross_document_exactness_checked": not args.skip_cross_exactness,
+                      "rows": metric_rows(questions, runs, qrels_doc, qrels_all), "skipped_labels": ds.skipped}
     return mismatches
 
 
@@ -299,50 +315,65 @@ def image_key(args, docs) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def image_side(args, ds, report):
-    docs = selected_docs(args, ds)
-    cached = CACHE / f"image_{image_key(args, docs)}.json"
-    if not args.no_reuse and cached.is_file():
-        saved = json.loads(cached.read_text())
-        report["image"] = saved["image"] | {"reused_from": {"date": saved["date"], "cache": str(cached.relative_to(HERE))}}
-        report["throughput"].update(saved["throughput"])
-        print(f"image side reused from {cached} ({saved['date']}); --no-reuse recomputes it")
-        return report["image"]["exactness_mismatches"]
-    from colgraph_engine.encoders.efficientnet import EfficientNetPatchEncoder, crop_bbox
+def render_chosen(args, ds, docs, rng) -> tuple[list, int]:
+    """``(page images, documents they come from)``: up to ``--image-pages`` seeded pages spread
+    over `docs`, rendered at ``--image-scale``."""
     from colgraph_engine.eval.pdf import render_pdf
 
-    stages = report["stages_s"]
-    rng = random.Random(args.seed)
     per_doc = max(1, -(-args.image_pages // len(docs)))
     chosen = []
     for doc in docs:
         n = ds.page_counts[doc]
         chosen += [(doc, p) for p in sorted(rng.sample(range(1, n + 1), min(per_doc, n)))]
     chosen = chosen[: args.image_pages]
-    t0 = time.perf_counter()
+    used = sorted({d for d, _ in chosen})
     images = []
-    for doc in tqdm(sorted({d for d, _ in chosen}), desc="rendering pages"):
+    for doc in tqdm(used, desc="rendering pages"):
         numbers = [p for d, p in chosen if d == doc]
         images += [pg.image for pg in render_pdf(ds.pdf_path(doc), scale=args.image_scale, pages=numbers)]
-    t_render = stages["page rendering"] = time.perf_counter() - t0
+    return images, len(used)
+
+
+def random_crops(images, rng) -> list:
+    """One seeded crop per image, 30-50% of each side."""
+    from colgraph_engine.encoders.efficientnet import crop_bbox
+
     crops = []
     for im in images:
         fw, fh = rng.uniform(0.3, 0.5), rng.uniform(0.3, 0.5)
         x, y = rng.uniform(0, 1 - fw), rng.uniform(0, 1 - fh)
         crops.append(crop_bbox(im, (x, y, x + fw, y + fh)))
-    pages_enc, query_enc = EfficientNetPatchEncoder(grid=14), EfficientNetPatchEncoder(grid=7)
-    t0 = time.perf_counter()
-    pv, po, pooled_pages = encode_once(pages_enc, images, "EfficientNet 14x14 pages")
-    t_encode = stages["EfficientNet page encoding (patches + pooled, one pass)"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    qv, qo, pooled_crops = encode_once(query_enc, crops, "EfficientNet 7x7 crops")
-    stages["EfficientNet crop encoding (patches + pooled, one pass)"] = time.perf_counter() - t0
+    return crops
+
+
+def image_side(args, ds, report):
+    """Crop -> page retrieval, patch MaxSim vs pooled features, checked against the fp64
+    reference; reused from the cache when the inputs match. Returns the mismatches."""
+    docs = selected_docs(args, ds)
+    cached = CACHE / f"image_{image_key(args, docs)}.json"
+    if not args.no_reuse and cached.is_file():
+        saved = json.loads(cached.read_text())
+        reused = {"date": saved["date"], "cache": str(cached.relative_to(HERE))}
+        report["image"] = saved["image"] | {"reused_from": reused}
+        report["throughput"].update(saved["throughput"])
+        print(f"image side reused from {cached} ({saved['date']}); --no-reuse recomputes it")
+        return report["image"]["exactness_mismatches"]
+    from colgraph_engine.encoders.efficientnet import EfficientNetPatchEncoder
+
+    stages = report["stages_s"]
+    rng = random.Random(args.seed)
+    (images, n_docs), t_render = h.timed(render_chosen, args, ds, docs, rng)
+    stages["page rendering"] = t_render
+    crops = random_crops(images, rng)
+    (pv, po, pooled_pages), t_encode = h.timed(encode_once, EfficientNetPatchEncoder(grid=14), images,
+                                               "EfficientNet 14x14 pages")
+    stages["EfficientNet page encoding (patches + pooled, one pass)"] = t_encode
+    (qv, qo, pooled_crops), stages["EfficientNet crop encoding (patches + pooled, one pass)"] = h.timed(
+        encode_once, EfficientNetPatchEncoder(grid=7), crops, "EfficientNet 7x7 crops")
     pooled = pooled_crops.float() @ pooled_pages.float().T
     scores = cg.maxsim(qv, qo, pv, po)
-    t0 = time.perf_counter()
-    ref = reference_matrix(qv, qo, pv, po)
+    ref, stages["image exactness (fp64 reference)"] = h.timed(reference_matrix, qv, qo, pv, po)
     mismatches = sum(not agrees(scores[n], ref[n]) for n in range(len(crops)))
-    stages["image exactness (fp64 reference)"] = time.perf_counter() - t0
     qrels = {n: {n: 1} for n in range(len(crops))}
     result = {}
     for name, s in (("patch MaxSim", scores), ("pooled features", pooled)):
@@ -351,7 +382,7 @@ def image_side(args, ds, report):
     throughput = {"page rendering, pages/s": len(images) / t_render,
                   "EfficientNet 14x14 encoding, pages/s": len(images) / t_encode}
     report["throughput"].update(throughput)
-    report["image"] = {"pages": len(images), "documents": len({d for d, _ in chosen}), "scale": args.image_scale,
+    report["image"] = {"pages": len(images), "documents": n_docs, "scale": args.image_scale,
                        "exactness_mismatches": mismatches, "rankers": result}
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(".tmp")
@@ -361,6 +392,7 @@ def image_side(args, ds, report):
 
 
 def ocr_throughput(ds, report, n_pages=3):
+    """RapidOCR pages per second at scale 2 on the first pages of the first document."""
     try:
         from colgraph_engine.encoders.ocr import RapidOcr
         ocr = RapidOcr()
@@ -370,50 +402,8 @@ def ocr_throughput(ds, report, n_pages=3):
     from colgraph_engine.eval.pdf import render_pdf
     doc = ds.doc_ids[0]
     pages = render_pdf(ds.pdf_path(doc), scale=2.0, pages=list(range(1, min(n_pages, ds.page_counts[doc]) + 1)))
-    t0 = time.perf_counter()
-    for p in pages:
-        ocr(p.image)
-    report["throughput"]["RapidOCR at scale 2.0, pages/s"] = len(pages) / (time.perf_counter() - t0)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if not (args.data / "samples.json").is_file():
-        print(f"MMLongBench-Doc data not found at {args.data} (expected samples.json and documents/); "
-              "this benchmark needs it and writes nothing without it.")
-        return 2
-    from colgraph_engine.encoders.minilm import MiniLMEncoder
-
-    ds = load_mmlongbench(args.data)
-    report = {"date": str(datetime.date.today()), "throughput": {}, "stages_s": {},
-              "run": {"data": str(args.data.resolve()), "data_name": args.data.resolve().name,
-                      "documents_in_data": len(ds.doc_ids),
-                      "command": " ".join(["benchmarks/quality_report.py", *(sys.argv[1:] if argv is None else argv)]),
-                      "args": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()}}}
-    info = _impls.machine_info()
-    info.pop("colgraph_backends", None)
-    report["machine"] = info
-    t_all = time.perf_counter()
-    bad = text_side(args, ds, MiniLMEncoder(batch_size=16), report)
-    bad += image_side(args, ds, report)
-    t0 = time.perf_counter()
-    ocr_throughput(ds, report)
-    report["stages_s"]["OCR throughput sample"] = time.perf_counter() - t0
-    report["stages_s"]["total"] = time.perf_counter() - t_all
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1, default=str))
-    lines = render_markdown(report, args)
-    (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    plot(report, args.out / f"{args.name}.png")
-    print("\n".join(lines))
-    if bad:
-        print(f"\nEXACTNESS FAILED: {bad} rankings differ from the torch reference")
-        return 1
-    return 0
-
-
-def selected_docs(args, ds):
-    return ds.doc_ids if args.max_docs is None else ds.doc_ids[: args.max_docs]
+    _, t = h.timed(lambda: [ocr(p.image) for p in pages])
+    report["throughput"]["RapidOCR at scale 2.0, pages/s"] = len(pages) / t
 
 
 def data_title(r) -> str:
@@ -424,72 +414,88 @@ def data_title(r) -> str:
     return f"MMLongBench-Doc `{run['data_name']}` ({part} {run['documents_in_data']} documents)"
 
 
-def render_markdown(r, args):
-    t, im = r["text"], r["image"]
-    run = r["run"]
-    lines = [f"# Retrieval quality on {data_title(r)}: MaxSim vs pooled", "",
-             f"{r['date']} · {r['machine']['cpu_model']} · {r['machine']['cpus_usable']} usable CPUs · "
-             f"`{run['command']}`", "",
-             f"Data: `{run['data']}`. Arguments: " + ", ".join(
-                 f"`{k}={v}`" for k, v in run["args"].items()) + ".", "",
-             f"Text side: {t['documents']} documents ({len(t.get('ocr_documents', []))} without a text layer read "
-             f"by RapidOCR at scale 2), {t['pages']} pages, {t['questions']} answerable questions; "
-             f"{len(t['excluded_no_text_layer'])} documents without a text layer excluded"
-             f"{' (OCR off)' if not args.ocr else ''}; evidence labels skipped: {t['skipped_labels']}. "
-             f"MiniLM token vectors (256 pieces per page). Exactness vs torch: {t['exactness_mismatches']} mismatches"
-             f"{'' if t.get('cross_document_exactness_checked', True) else ' (cross-document check skipped)'}.", "",
-             "| evidence source | n | per-doc R@1 MaxSim | pooled | per-doc R@5 MaxSim | pooled | per-doc nDCG@10 "
-             "MaxSim | pooled | cross-doc R@1 MaxSim | pooled | cross-doc R@5 MaxSim | pooled |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in t["rows"]:
-        def cell(run, metric):
-            return f"{row[run][metric]:.3f}" if run in row else "—"
-        lines.append(f"| {row['group']} | {row['n']} | " + " | ".join(
-            cell(run, metric) for metric, runs in (("recall@1", "per-document"), ("recall@5", "per-document"),
-                                                   ("ndcg@10", "per-document"))
-            for run in (f"{runs} MaxSim", f"{runs} pooled")) + " | " + " | ".join(
-            cell(run, metric) for metric in ("recall@1", "recall@5")
-            for run in ("cross-document MaxSim", "cross-document pooled")) + " |")
-    lines += ["", f"Image side: {im['pages']} pages from {im['documents']} documents rendered at scale "
-              f"{im['scale']}, one random crop per page as the query, EfficientNet-Lite0 patches (pages 14x14, "
-              f"crops 7x7). Exactness vs torch: {im['exactness_mismatches']} mismatches."
-              + (f" Reused from the run of {im['reused_from']['date']} with the same documents, pages, scale and "
-                 f"seed (`{im['reused_from']['cache']}`)." if "reused_from" in im else ""), "",
-              "| ranker | R@1 | R@5 | MRR@10 |", "|---|---:|---:|---:|"]
-    for name, m in im["rankers"].items():
-        lines.append(f"| {name} | {m['recall@1']:.3f} | {m['recall@5']:.3f} | {m['mrr@10']:.3f} |")
-    lines += ["", "Throughput (CPU, this machine; encoders are not part of engine latency):", ""]
-    for k, v in r["throughput"].items():
-        lines.append(f"* {k}: {v:.2f}" if isinstance(v, float) else f"* {k}: {v}")
-    lines += ["", "Stage times (s):", ""]
-    for k, v in r["stages_s"].items():
-        lines.append(f"* {k}: {v:.1f}")
-    return lines
+def cell(run: str, metric: str):
+    """A table cell: `metric` of `run` in a row, or a dash where the group had no judged question."""
+    return lambda row: f"{row[run][metric]:.3f}" if run in row else "—"
 
 
-def plot(r, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+TEXT_COLUMNS = [("evidence source", "group"), ("n:", "n"),
+                ("per-doc R@1 MaxSim:", cell("per-document MaxSim", "recall@1")),
+                ("pooled:", cell("per-document pooled", "recall@1")),
+                ("per-doc R@5 MaxSim:", cell("per-document MaxSim", "recall@5")),
+                ("pooled:", cell("per-document pooled", "recall@5")),
+                ("per-doc nDCG@10 MaxSim:", cell("per-document MaxSim", "ndcg@10")),
+                ("pooled:", cell("per-document pooled", "ndcg@10")),
+                ("cross-doc R@1 MaxSim:", cell("cross-document MaxSim", "recall@1")),
+                ("pooled:", cell("cross-document pooled", "recall@1")),
+                ("cross-doc R@5 MaxSim:", cell("cross-document MaxSim", "recall@5")),
+                ("pooled:", cell("cross-document pooled", "recall@5"))]
+IMAGE_COLUMNS = [("ranker", "ranker"), *[(f"{t}:", lambda r, k=k: f"{r[k]:.3f}")
+                                         for t, k in (("R@1", "recall@1"), ("R@5", "recall@5"), ("MRR@10", "mrr@10"))]]
 
+
+def render_markdown(r, args) -> list[str]:
+    """The report's body: arguments, the text-side and image-side tables, throughput, stage times."""
+    t, im, run = r["text"], r["image"], r["run"]
+    reused = im.get("reused_from")
+    return [f"Data: `{run['data']}`. Arguments: " + ", ".join(f"`{k}={v}`" for k, v in run["args"].items()) + ".", "",
+            f"Text side: {t['documents']} documents ({len(t['ocr_documents'])} without a text layer read "
+            f"by RapidOCR at scale 2), {t['pages']} pages, {t['questions']} answerable questions; "
+            f"{len(t['excluded_no_text_layer'])} documents without a text layer excluded"
+            f"{' (OCR off)' if not args.ocr else ''}; evidence labels skipped: {t['skipped_labels']}. "
+            f"MiniLM token vectors (256 pieces per page). Exactness vs torch: {t['exactness_mismatches']} mismatches"
+            f"{'' if t['cross_document_exactness_checked'] else ' (cross-document check skipped)'}.", "",
+            *h.table(TEXT_COLUMNS, t["rows"]), "",
+            f"Image side: {im['pages']} pages from {im['documents']} documents rendered at scale "
+            f"{im['scale']}, one random crop per page as the query, EfficientNet-Lite0 patches (pages 14x14, "
+            f"crops 7x7). Exactness vs torch: {im['exactness_mismatches']} mismatches."
+            + (f" Reused from the run of {reused['date']} with the same documents, pages, scale and "
+               f"seed (`{reused['cache']}`)." if reused else ""), "",
+            *h.table(IMAGE_COLUMNS, [{"ranker": name, **m} for name, m in im["rankers"].items()]), "",
+            "Throughput (CPU, this machine; encoders are not part of engine latency):", "",
+            *[f"* {k}: {v:.2f}" if isinstance(v, float) else f"* {k}: {v}" for k, v in r["throughput"].items()],
+            "", "Stage times (s):", "", *[f"* {k}: {v:.1f}" for k, v in r["stages_s"].items()]]
+
+
+def plot(r, path) -> str | None:
+    """Recall@1: per-document pages by evidence source (MaxSim vs pooled), and crop -> page."""
     rows = [row for row in r["text"]["rows"] if "per-document MaxSim" in row]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 1]})
-    x = np.arange(len(rows))
-    for off, run, color in ((-0.2, "per-document MaxSim", "#1f77b4"), (0.2, "per-document pooled", "#999999")):
-        axes[0].bar(x + off, [row[run]["recall@1"] for row in rows], 0.4, label=run.replace("per-document ", ""),
-                    color=color)
-    axes[0].set_xticks(x, [f"{row['group']}\n(n={row['n']})" for row in rows], fontsize=8)
-    axes[0].set_ylabel("Recall@1 (per-document pages)")
-    axes[0].set_title(f"{data_title(r).replace('`', '')}:\nMiniLM tokens vs pooled", fontsize=9)
-    axes[0].legend(fontsize=8)
+    groups = [f"{row['group']}\n(n={row['n']})" for row in rows]
+    text = {name: {g: row[f"per-document {name}"]["recall@1"] for g, row in zip(groups, rows)}
+            for name in ("MaxSim", "pooled")}
     im = r["image"]["rankers"]
-    axes[1].bar(["patch\nMaxSim", "pooled"], [im["patch MaxSim"]["recall@1"], im["pooled features"]["recall@1"]],
-                color=["#1f77b4", "#999999"])
-    axes[1].set_title(f"crop -> page, {r['image']['pages']} pages", fontsize=10)
-    axes[1].set_ylabel("Recall@1")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    crop = f"crop -> page, {r['image']['pages']} pages"
+    image = {"MaxSim": {crop: im["patch MaxSim"]["recall@1"]}, "pooled": {crop: im["pooled features"]["recall@1"]}}
+    return h.bar_panels(path, {"MiniLM tokens vs pooled (per-document pages)": (groups, text),
+                               "EfficientNet patches vs pooled": ([crop], image)},
+                        ylabel="Recall@1", title=data_title(r).replace("`", ""))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    ds = open_mmlongbench(args.data)
+    if ds is None:
+        return 2
+    from colgraph_engine.encoders.minilm import MiniLMEncoder
+
+    e = h.env()
+    report = {"date": e["timestamp"][:10], "throughput": {}, "stages_s": {},
+              "run": {"data": str(args.data.resolve()), "data_name": args.data.resolve().name,
+                      "documents_in_data": len(ds.doc_ids),
+                      "args": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()}}}
+    stages = report["stages_s"]
+    t_all = time.perf_counter()
+    bad = text_side(args, ds, MiniLMEncoder(batch_size=16), report)
+    bad += image_side(args, ds, report)
+    _, stages["OCR throughput sample"] = h.timed(ocr_throughput, ds, report)
+    stages["total"] = time.perf_counter() - t_all
+    out = h.write(args.name, f"Retrieval quality on {data_title(report)}: MaxSim vs pooled",
+                  render_markdown(report, args), report, args.out, e=e)
+    plot(report, out / f"{args.name}.png" if out else None)
+    if bad:
+        print(f"\nEXACTNESS FAILED: {bad} rankings differ from the torch reference")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

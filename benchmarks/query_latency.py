@@ -28,12 +28,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -85,112 +83,89 @@ def corpus(folder: pathlib.Path) -> str:
     return "6 generated Markdown reports (../shared/data/mmlongbench-dev is absent here)"
 
 
-def colgraph(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "colgraph_engine", *args], capture_output=True, text=True,
-                          env=ENV, cwd=ROOT, **kw)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def colgraph(what: str, *args: str) -> subprocess.CompletedProcess:
+    """``colgraph ARGS`` in a new process; ends the run, naming `what`, if it fails."""
+    p = subprocess.run([sys.executable, "-m", "colgraph_engine", *args], capture_output=True, text=True, env=ENV,
+                       cwd=ROOT)
+    if p.returncode:
+        raise SystemExit(f"{what} failed: {p.stderr[-2000:]}")
+    return p
 
 
 def serve_latency(index: pathlib.Path, repeats: int) -> dict:
+    """``colgraph serve``: seconds to healthy, its /info load seconds, POST /query round trips after a warm-up."""
     import httpx
 
-    port = free_port()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "colgraph_engine", "serve", str(index), "--port", str(port),
-                             "--no-isolate", "--log-level", "warning"], env=ENV, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    (proc, url), start_s = h.timed(h.serve_index, index, "--no-isolate", "--log-level", "warning", env=ENV, cwd=ROOT)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"colgraph serve exited: {proc.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        start_s = time.perf_counter() - t0
         with httpx.Client(base_url=url, timeout=120) as c:
             info = c.get("/info").json()
             c.post("/query", json={"question": QUESTIONS[0]}).raise_for_status()  # warm-up: the graph view
-            secs = []
-            for q in QUESTIONS * repeats:
-                t = time.perf_counter()
-                c.post("/query", json={"question": q}).raise_for_status()
-                secs.append(time.perf_counter() - t)
+            _, secs = h.time_each(lambda q: c.post("/query", json={"question": q}).raise_for_status(),
+                                  QUESTIONS * repeats)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        h.stop(proc)
     return {"start_to_healthy_s": start_s, "encoder_load_s": info.get("encoder_load_s"), "warm_s": secs}
 
 
+def measure(tmp: pathlib.Path, side: str, flags: list[str], cold_runs: int, warm_repeats: int) -> dict:
+    """One side: its index build, cold queries in new processes, the driver's phases, warm serve queries."""
+    print(f"{side}: building", file=sys.stderr, flush=True)
+    index = str(tmp / side)
+    p, build_s = h.timed(colgraph, f"{side}: index build", "index", "build", str(tmp / "docs"), "--out", index, *flags,
+                         "--json")
+    cold = [h.timed(colgraph, f"{side}: query", "query", index, QUESTIONS[i % len(QUESTIONS)], "--json")[1]
+            for i in range(cold_runs)]
+    phases = h.run_json([sys.executable, "-c", DRIVER, index, json.dumps(QUESTIONS), str(warm_repeats)], env=ENV,
+                        cwd=ROOT)
+    print(f"{side}: cold {cold}, phases {phases}", file=sys.stderr, flush=True)
+    report = json.loads(p.stdout)
+    return {"build_s": build_s, "pages": report.get("totals", {}).get("pages"),
+            "documents": len(report.get("documents", [])), "cold_s": cold, "phases": phases,
+            "serve": serve_latency(tmp / side, warm_repeats)}
+
+
+def row(side: str, s: dict) -> dict:
+    """Milliseconds of one side's table row (medians of the cold and warm calls)."""
+    med = statistics.median
+    return {"side": side, "cold_ms": med(s["cold_s"]) * 1e3, "load_ms": sum(s["phases"]["load_s"].values()) * 1e3,
+            "import_ms": s["phases"]["import_s"] * 1e3, "first_ms": s["phases"]["first_query_s"] * 1e3,
+            "warm_ms": med(s["phases"]["warm_s"]) * 1e3, "serve_ms": med(s["serve"]["warm_s"]) * 1e3}
+
+
+def _ms(key: str, spec: str = ".0f"):
+    return lambda r: h.fmt(r[key], spec)
+
+
 def main() -> None:
-    ap = h.parser(__doc__)
-    args = ap.parse_args()
+    args = h.parser(__doc__).parse_args()
     cold_runs, warm_repeats = (1, 1) if args.quick else (3, 3)
     e = h.env()
-    sides: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         docs_what = corpus(tmp / "docs")
-        for side, flags in (("models", []), ("hashing", ["--encoders", "hashing"])):
-            print(f"{side}: building", file=sys.stderr, flush=True)
-            t = time.perf_counter()
-            p = colgraph("index", "build", str(tmp / "docs"), "--out", str(tmp / side), *flags, "--json")
-            if p.returncode:
-                raise SystemExit(f"{side}: index build failed: {p.stderr[-2000:]}")
-            build_s = time.perf_counter() - t
-            report = json.loads(p.stdout)
-            cold = []
-            for i in range(cold_runs):
-                t = time.perf_counter()
-                q = colgraph("query", str(tmp / side), QUESTIONS[i % len(QUESTIONS)], "--json")
-                cold.append(time.perf_counter() - t)
-                if q.returncode:
-                    raise SystemExit(f"{side}: query failed: {q.stderr[-2000:]}")
-            d = subprocess.run([sys.executable, "-c", DRIVER, str(tmp / side), json.dumps(QUESTIONS), str(warm_repeats)],
-                               capture_output=True, text=True, env=ENV, cwd=ROOT)
-            if d.returncode:
-                raise SystemExit(f"{side}: driver failed: {d.stderr[-2000:]}")
-            phases = json.loads(d.stdout.strip().splitlines()[-1])
-            print(f"{side}: cold {cold}, phases {phases}", file=sys.stderr, flush=True)
-            sides[side] = {"build_s": build_s, "pages": report.get("totals", {}).get("pages"),
-                           "documents": len(report.get("documents", [])), "cold_s": cold, "phases": phases,
-                           "serve": serve_latency(tmp / side, warm_repeats)}
-    med = statistics.median
-    rows = []
-    for side, s in sides.items():
-        rows.append({"side": side, "cold_ms": med(s["cold_s"]) * 1e3,
-                     "load_ms": sum(s["phases"]["load_s"].values()) * 1e3,
-                     "import_ms": s["phases"]["import_s"] * 1e3, "first_ms": s["phases"]["first_query_s"] * 1e3,
-                     "warm_ms": med(s["phases"]["warm_s"]) * 1e3, "serve_ms": med(s["serve"]["warm_s"]) * 1e3})
+        sides = {side: measure(tmp, side, flags, cold_runs, warm_repeats)
+                 for side, flags in (("models", []), ("hashing", ["--encoders", "hashing"]))}
+    rows = [row(side, s) for side, s in sides.items()]
     m, b = rows
     ratios = {k: m[k] / b[k] for k in ("cold_ms", "warm_ms", "serve_ms")}
     cold_over_warm = {r["side"]: r["cold_ms"] / r["warm_ms"] for r in rows}
+    loads = "; ".join(f"{k}: " + (", ".join(f"{n} {v:.2f} s" for n, v in s["phases"]["load_s"].items()) or "none")
+                      for k, s in sides.items())
     body = [f"Documents: {docs_what}; {sides['models']['pages']} pages. Questions: {len(QUESTIONS)} fixed ones "
             f"(cold: {cold_runs} new process(es) per side; warm: the median of {len(QUESTIONS) * warm_repeats} "
             "queries). Default pipeline config, CPU.", "",
-            *h.table([("encoders", "side"), ("cold query, new process (ms)", lambda r: h.fmt(r["cold_ms"], ".0f")),
-                      ("of which imports (ms)", lambda r: h.fmt(r["import_ms"], ".0f")),
-                      ("model load (ms)", lambda r: h.fmt(r["load_ms"], ".0f")),
-                      ("first query in process (ms)", lambda r: h.fmt(r["first_ms"], ".0f")),
-                      ("warm, same process (ms)", lambda r: h.fmt(r["warm_ms"], ".1f")),
-                      ("warm, through serve (ms)", lambda r: h.fmt(r["serve_ms"], ".1f"))], rows),
-            "",
+            *h.table([("encoders", "side"), ("cold query, new process (ms)", _ms("cold_ms")),
+                      ("of which imports (ms)", _ms("import_ms")), ("model load (ms)", _ms("load_ms")),
+                      ("first query in process (ms)", _ms("first_ms")),
+                      ("warm, same process (ms)", _ms("warm_ms", ".1f")),
+                      ("warm, through serve (ms)", _ms("serve_ms", ".1f"))], rows), "",
             f"Ratios in this run: models / hashing {ratios['cold_ms']:.2f}x cold, {ratios['warm_ms']:.2f}x warm "
             f"(same process), {ratios['serve_ms']:.2f}x through serve; cold / warm "
-            + ", ".join(f"{k} {v:.0f}x" for k, v in cold_over_warm.items()) + ".",
-            "",
-            "Model load seconds (per model): cold driver "
-            + "; ".join(f"{k}: " + (", ".join(f"{n} {v:.2f} s" for n, v in s["phases"]["load_s"].items()) or "none")
-                        for k, s in sides.items())
-            + "; serve's /info " + "; ".join(f"{k}: {s['serve']['encoder_load_s']}" for k, s in sides.items()) + ".",
-            f"Index builds (`colgraph index build`, isolated worker): "
+            + ", ".join(f"{k} {v:.0f}x" for k, v in cold_over_warm.items()) + ".", "",
+            f"Model load seconds (per model): cold driver {loads}; serve's /info "
+            + "; ".join(f"{k}: {s['serve']['encoder_load_s']}" for k, s in sides.items()) + ".",
+            "Index builds (`colgraph index build`, isolated worker): "
             + ", ".join(f"{k} {s['build_s']:.0f} s" for k, s in sides.items()) + "."]
     h.write(h.stem("query_latency", args), "Query latency, cold and warm, default encoders vs hashing", body,
             {"sides": sides, "rows": rows, "ratios_models_over_hashing": ratios, "cold_over_warm": cold_over_warm},

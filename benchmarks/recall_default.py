@@ -38,16 +38,12 @@ Writes ``results/recall_default.md`` and ``.json`` (``recall_default_quick.*`` w
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import datetime
 import hashlib
 import json
 import pathlib
-import platform
 import statistics
 import sys
-import time
 
 import numpy as np
 import torch
@@ -56,8 +52,11 @@ from tqdm import tqdm
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 CACHE = HERE / ".cache" / "recall_default"
 KD = 10
+
+import _harness as h  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -91,8 +90,8 @@ def topic_corpus(n_docs: int, *, dim: int = 128, n_topics: int = 200, unit_token
     rng = np.random.default_rng(seed)
     g = torch.Generator().manual_seed(seed)
     mu = F.normalize(torch.randn(n_topics, dim, generator=g), dim=-1)
-    words = F.normalize(mu[:, None] + word_spread / dim ** 0.5 * torch.randn(n_topics, words_per_topic, dim, generator=g),
-                        dim=-1)
+    spread = word_spread / dim ** 0.5 * torch.randn(n_topics, words_per_topic, dim, generator=g)
+    words = F.normalize(mu[:, None] + spread, dim=-1)
     bg = F.normalize(torch.randn(n_background, dim, generator=g), dim=-1)
     pt = _zipf(n_topics, topic_zipf, rng, True)
     pw, pb = _zipf(words_per_topic, word_zipf, rng), _zipf(n_background, word_zipf, rng)
@@ -157,9 +156,7 @@ def prefilter_for(name: str, params: dict, corpus: TopicCorpus, cache: bool = Tr
     f = CACHE / f"{name}-{shape_key(params)}.pt"
     if cache and f.is_file():
         return PrefilterIndex(torch.load(f, weights_only=False)), None
-    t = time.perf_counter()
-    idx = PrefilterIndex.build(corpus.values, corpus.offsets, nbits=2)
-    took = time.perf_counter() - t
+    idx, took = h.timed(PrefilterIndex.build, corpus.values, corpus.offsets, nbits=2)
     if cache:
         CACHE.mkdir(parents=True, exist_ok=True)
         torch.save(idx.snapshot(), f)
@@ -181,6 +178,22 @@ def _recall(found: list[set], want: torch.Tensor) -> list[float]:
     return [len(f & set(w.tolist())) / w.numel() for f, w in zip(found, want)]
 
 
+def speed_against_exact(exact_fn, ours_fn, nq: int, repeats: int) -> dict:
+    """Exact against ours, interleaved (``_harness.paired``, medians of `repeats`): all queries in one
+    call (ms per query) and the first 16 queries one call each. ``exact_fn(a, b)`` / ``ours_fn(a, b)``
+    search queries ``[a, b)``."""
+    batch = h.paired({"exact": lambda: exact_fn(0, nq), "ours": lambda: ours_fn(0, nq)}, repeats, warmup=0)
+    single: dict[str, list[float]] = {"exact": [], "ours": []}
+    for q in range(min(16, nq)):
+        for name, secs in h.paired({"exact": lambda: exact_fn(q, q + 1), "ours": lambda: ours_fn(q, q + 1)},
+                                   repeats, warmup=0).items():
+            single[name] += secs
+    me, mp = statistics.median(batch["exact"]), statistics.median(batch["ours"])
+    se, sp = statistics.median(single["exact"]), statistics.median(single["ours"])
+    return dict(batch_ms_exact=me / nq * 1e3, batch_ms_ours=mp / nq * 1e3, batch_x=me / mp,
+                single_ms_exact=se * 1e3, single_ms_ours=sp * 1e3, single_x=se / sp)
+
+
 def measure(name: str, params: dict | None, corpus: TopicCorpus, idx, *, speed: bool = True, repeats: int = 3,
             plaid: bool = True, groups: np.ndarray | None = None) -> dict:
     """Recall of the exact top-Kd documents and (with `speed`) the time against exact, one corpus."""
@@ -196,11 +209,12 @@ def measure(name: str, params: dict | None, corpus: TopicCorpus, idx, *, speed: 
         torch.cumsum(torch.bincount(pq, minlength=bq.numel() - 1), 0, out=co[1:])
         return ops.maxsim_candidates(bv, bq, xv, xo, co, ids, assume_finite=True)
 
-    def ours(a=0, b=None):
-        b = nq if b is None else b
-        sub = qo[a:b + 1] - qo[a]
-        return idx.search_adaptive(qv[int(qo[a]):int(qo[b])], sub, KD, groups=unit_doc, rescore=rescore,
-                                   assume_finite=True)
+    def ours(a=0, b=nq):
+        return idx.search_adaptive(qv[int(qo[a]):int(qo[b])], qo[a:b + 1] - qo[a], KD, groups=unit_doc,
+                                   rescore=rescore, assume_finite=True)
+
+    def exact(a, b):
+        return exact_top(xv, xo, unit_doc, corpus.n_docs, qv[int(qo[a]):int(qo[b])], qo[a:b + 1] - qo[a])
 
     res = ours()
     found = []
@@ -213,7 +227,8 @@ def measure(name: str, params: dict | None, corpus: TopicCorpus, idx, *, speed: 
     st = res.stats
     out = {"name": name, "params": params, "documents": corpus.n_docs, "units": int(xo.numel() - 1),
            "tokens": int(xv.shape[0]), "dim": int(xv.shape[1]), "queries": nq, "centroids": idx.snapshot().n_centroids,
-           "build_mse": round(idx.snapshot().build_mse, 4), "recall": float(np.mean(rec)), "recall_min": float(min(rec)),
+           "build_mse": round(idx.snapshot().build_mse, 4), "recall": float(np.mean(rec)),
+           "recall_min": float(min(rec)),
            "queries_below_1": int(sum(r < 1 for r in rec)),
            "candidates": float(np.mean(st["candidates"])), "scored_exactly": float(np.mean(st["scored_exactly"])),
            "scored_share": float(np.mean(st["scored_exactly"])) / max(1, int(xo.numel() - 1)),
@@ -224,30 +239,10 @@ def measure(name: str, params: dict | None, corpus: TopicCorpus, idx, *, speed: 
         r = idx.search(qv, qo, min(64, int(xo.numel() - 1)), rescore=rescore, assume_finite=True)
         ids, sc = r.ids, torch.where(r.ids >= 0, r.scores, float("-inf"))
         best = torch.full((nq, corpus.n_docs), float("-inf")).scatter_reduce(1, col[ids.clamp(min=0)], sc, "amax")
-        out["recall_plaid64"] = float(np.mean(_recall([set(x.tolist()) for x in
-                                                        torch.topk(best, min(KD, corpus.n_docs), dim=1).indices], want)))
+        top = torch.topk(best, min(KD, corpus.n_docs), dim=1).indices
+        out["recall_plaid64"] = float(np.mean(_recall([set(x.tolist()) for x in top], want)))
     if speed:
-        te, tp, te1, tp1 = [], [], [], []
-        single = min(16, nq)
-        for _ in range(repeats):
-            t = time.perf_counter()
-            exact_top(xv, xo, unit_doc, corpus.n_docs, qv, qo)
-            te.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            ours()
-            tp.append(time.perf_counter() - t)
-            for q in range(single):
-                a, b = int(qo[q]), int(qo[q + 1])
-                t = time.perf_counter()
-                exact_top(xv, xo, unit_doc, corpus.n_docs, qv[a:b], torch.tensor([0, b - a]))
-                te1.append(time.perf_counter() - t)
-                t = time.perf_counter()
-                ours(q, q + 1)
-                tp1.append(time.perf_counter() - t)
-        me, mp = statistics.median(te), statistics.median(tp)
-        out.update(batch_ms_exact=me / nq * 1e3, batch_ms_ours=mp / nq * 1e3, batch_x=me / mp,
-                   single_ms_exact=statistics.median(te1) * 1e3, single_ms_ours=statistics.median(tp1) * 1e3,
-                   single_x=statistics.median(te1) / statistics.median(tp1))
+        out.update(speed_against_exact(exact, ours, nq, repeats))
     return out
 
 
@@ -261,43 +256,36 @@ def pages_corpus(data: pathlib.Path) -> TopicCorpus | None:
     return TopicCorpus(pv.float(), po, np.arange(n), n, qv.float(), qo)
 
 
-def machine() -> dict:
-    import os
-    return {"machine": platform.machine(), "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version()}
+SECTIONS = {"shapes": "Corpus shapes (recall at the defaults)",
+            "sweep": "Size sweep (topics-1000) and 10k-document shapes", "pages": "Real page tokens"}
+COLUMNS = [("corpus", "name"), ("docs:", lambda r: f"{r['documents']:,}"), ("units:", lambda r: f"{r['units']:,}"),
+           ("tokens:", lambda r: f"{r['tokens']:,}"), ("d:", "dim"), ("centroids:", lambda r: f"{r['centroids']:,}"),
+           ("recall@10:", lambda r: f"{r['recall']:.4f}"), ("min:", lambda r: f"{r['recall_min']:.1f}"),
+           ("plaid-64:", lambda r: f"{r.get('recall_plaid64', float('nan')):.4f}"),
+           ("scored exactly:", lambda r: f"{r['scored_exactly']:.0f}"),
+           ("share:", lambda r: f"{r['scored_share']:.3f}"),
+           ("ncells (mean / max)", lambda r: f"{r['ncells_mean']:.1f} / {r['ncells_max']}"),
+           ("batch ms/q exact:", lambda r: h.fmt(r.get("batch_ms_exact"), ".2f", "")),
+           ("ours:", lambda r: h.fmt(r.get("batch_ms_ours"), ".2f", "")),
+           ("x exact:", lambda r: h.fmt(r.get("batch_x"), ".2f", "")),
+           ("single ms exact:", lambda r: h.fmt(r.get("single_ms_exact"), ".2f", "")),
+           ("ours:", lambda r: h.fmt(r.get("single_ms_ours"), ".2f", "")),
+           ("x exact:", lambda r: h.fmt(r.get("single_x"), ".2f", ""))]
 
 
-def to_markdown(rep: dict) -> str:
-    L = [f"# Default document recall: recall of the exact top-{KD} and speed against exact ({rep['date']})", "",
-         f"Command: `{rep['command']}`. Machine: {rep['machine']}. Every number below comes from this one run.", "",
+def to_markdown(rep: dict) -> list[str]:
+    """The report's body (the harness adds title and environment header)."""
+    L = ["Every number below comes from this one run.", "",
          "Recall: share of each query's exact top-10 documents (best-unit MaxSim) that the prefilter finds, "
          "through `PrefilterIndex.search_adaptive` as the recall stage calls it (items grouped by document, exact "
          "stage on the original vectors, the default `adaptive.Budget`), over a prefilter built with the defaults "
          "of a carried one (nbits 2). *plaid-64*: the budget the pipeline used before (PLAID's k <= 100 "
          "settings for 64 units). Speed: exact MaxSim over every unit vs ours, alternated, medians of 3; "
          "batch = all queries in one call, single = 16 one-query calls.", ""]
-    for title, rows in (("Corpus shapes (recall at the defaults)", rep["shapes"]),
-                        ("Size sweep (topics-1000) and 10k-document shapes", rep["sweep"]),
-                        ("Real page tokens", rep["pages"])):
-        if not rows:
-            continue
-        L += [f"## {title}", "",
-              "| corpus | docs | units | tokens | d | centroids | recall@10 | min | plaid-64 | scored exactly | "
-              "share | ncells (mean / max) | batch ms/q exact | ours | x exact | single ms exact | ours | x exact |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            sp = (f"{r['batch_ms_exact']:.2f} | {r['batch_ms_ours']:.2f} | {r['batch_x']:.2f} | {r['single_ms_exact']:.2f}"
-                  f" | {r['single_ms_ours']:.2f} | {r['single_x']:.2f}") if "batch_x" in r else "| | | | |"
-            L.append(f"| {r['name']} | {r['documents']:,} | {r['units']:,} | {r['tokens']:,} | {r['dim']} | "
-                     f"{r['centroids']:,} | {r['recall']:.4f} | {r['recall_min']:.1f} | "
-                     f"{r.get('recall_plaid64', float('nan')):.4f} | {r['scored_exactly']:.0f} | "
-                     f"{r['scored_share']:.3f} | {r['ncells_mean']:.1f} / {r['ncells_max']} | {sp} |")
-        L.append("")
-    L += ["## Reading", ""] + [f"* {n}" for n in reading(rep)] + [""]
-    if rep.get("notes"):
-        L += ["## Notes", ""] + [f"* {n}" for n in rep["notes"]] + [""]
-    return "\n".join(L)
+    for key, title in SECTIONS.items():
+        if rep[key]:
+            L += [f"## {title}", "", *h.table(COLUMNS, rep[key]), ""]
+    return L + h.section("Reading", reading(rep)) + h.section("Notes", rep["notes"])
 
 
 def reading(rep: dict) -> list[str]:
@@ -332,30 +320,39 @@ def reading(rep: dict) -> list[str]:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="tiny corpora, no size sweep, no pages (a smoke run)")
+    p = h.parser(__doc__)
     p.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data" / "mmlongbench-dev"))
     p.add_argument("--no-cache", action="store_true", help="build every prefilter (do not read or write the cache)")
     p.add_argument("--torch-threads", type=int, default=1)
-    p.add_argument("--out", default=str(HERE / "results"))
     p.add_argument("--render", metavar="JSON", help="only re-render the markdown of a run's JSON")
     return p.parse_args(argv)
+
+
+def plan(quick: bool) -> list[tuple[str, str, dict | None]]:
+    """``(section, corpus name, topic_corpus arguments or None for the pages)`` of one run."""
+    out = [("shapes", n, p) for n, p in (QUICK if quick else SHAPES).items()]
+    if not quick:
+        out += [("sweep", n, p) for n, p in {**SWEEP, **SPEED}.items()] + [("pages", "mmlongbench-dev pages", None)]
+    return out
+
+
+def write(rep: dict, out, stem: str, e: dict, command: str) -> None:
+    title = f"Default document recall: recall of the exact top-{KD} and speed against exact ({e['timestamp']})"
+    h.write(stem, title, to_markdown(rep), rep, out, e=e, command=command)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.render:  # the markdown again from a run's JSON
-        rep = json.loads(pathlib.Path(args.render).read_text())
-        pathlib.Path(args.render).with_suffix(".md").write_text(to_markdown(rep))
+        path = pathlib.Path(args.render)
+        rep = json.loads(path.read_text())
+        e, command = rep.pop("env"), rep.pop("command")
+        write(rep, path.parent, path.stem, e, command)
         return 0
     torch.set_num_threads(args.torch_threads)
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "command": "python benchmarks/recall_default.py" + (" --quick" if args.quick else ""),
-           "machine": machine(), "shapes": [], "sweep": [], "pages": [], "notes": []}
-    plan = [("shapes", n, p) for n, p in (QUICK if args.quick else SHAPES).items()]
-    if not args.quick:
-        plan += [("sweep", n, p) for n, p in {**SWEEP, **SPEED}.items()] + [("pages", "mmlongbench-dev pages", None)]
-    for section, name, params in tqdm(plan, desc="corpora", unit="corpus"):
+    e = h.env()
+    rep = {"shapes": [], "sweep": [], "pages": [], "notes": []}
+    for section, name, params in tqdm(plan(args.quick), desc="corpora", unit="corpus"):
         if params is None:
             corpus = pages_corpus(pathlib.Path(args.data))
             if corpus is None:
@@ -370,12 +367,7 @@ def main(argv=None) -> int:
         rep[section].append(row)
         tqdm.write(f"{name}: recall {row['recall']:.4f} (plaid-64 {row.get('recall_plaid64', float('nan')):.4f}), "
                    f"batch x{row.get('batch_x', float('nan')):.2f}, single x{row.get('single_x', float('nan')):.2f}")
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "recall_default_quick" if args.quick else "recall_default"
-    (out / f"{stem}.json").write_text(json.dumps(rep, indent=1))
-    (out / f"{stem}.md").write_text(to_markdown(rep))
-    print(to_markdown(rep))
+    write(rep, args.out, h.stem("recall_default", args), e, h.command_line())
     return 0
 
 

@@ -30,14 +30,10 @@ Writes ``results/stage_scaling.md`` / ``.json`` (``stage_scaling_quick.*`` with 
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import importlib.util
-import json
+import contextlib
 import pathlib
 import statistics
 import sys
-import time
 
 import numpy as np
 import torch
@@ -46,18 +42,13 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import _harness as h  # noqa: E402
+import pipeline_report as pr  # noqa: E402
 from colgraph_engine.kg import Encoders  # noqa: E402
 from colgraph_engine.pipeline import STAGES, Pipeline, PipelineConfig  # noqa: E402
 from colgraph_engine.pipeline import graph_retrieval as gr  # noqa: E402
 from colgraph_engine.pipeline import scoring  # noqa: E402
 from colgraph_engine.pipeline.scoring import item_norms  # noqa: E402
-
-
-def _pipeline_report():
-    spec = importlib.util.spec_from_file_location("pipeline_report", HERE / "pipeline_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _old_norms(self, store):  # before: item_norms over the whole store, once per TextScorer (batch)
@@ -94,16 +85,18 @@ class Before:
         gr.TextScorer._norms, gr._group_members, scoring._candidates_trusted = self.saved
 
 
-def stage_times(pipe: Pipeline, questions: list[str]) -> dict[str, list[float]]:
-    out = {s: [] for s in STAGES}
-    for q in questions:
-        r = pipe.retrieve(q)
-        for s in STAGES:
-            out[s].append(r.timings.get(s, 0.0) * 1e3)
-    return out
+def stage_times(pipe: Pipeline, questions: list[str], before: bool) -> dict[str, list[float]]:
+    """ms per stage of each question, on a fresh view (the before path has nothing cached either)
+    warmed by the first question, with the code paths as they were when `before`."""
+    with Before() if before else contextlib.nullcontext():
+        pipe._view = None
+        pipe.retrieve(questions[0])
+        timings = [pipe.retrieve(q).timings for q in questions[1:]]
+    return {s: [t.get(s, 0.0) * 1e3 for t in timings] for s in STAGES}
 
 
-def run_size(pr, n: int, encoders, args) -> dict:
+def run_size(n: int, encoders, args) -> dict:
+    """Median ms per stage, before and after, for filter default and mkg; two rounds each, alternating."""
     index, info = pr.load_or_build(n, encoders, HERE / ".cache", seed=0, dtype=torch.float32, progress=True)
     questions = pr.make_questions(args.queries + 2, n)
     rows = {}
@@ -111,30 +104,24 @@ def run_size(pr, n: int, encoders, args) -> dict:
         pipe = Pipeline(index, encoders, PipelineConfig(recall_ranker="maxsim", filter=filt))
         for q in questions[:2]:  # warm: the view, its caches
             pipe.retrieve(q)
-        acc = {"before": {s: [] for s in STAGES}, "after": {s: [] for s in STAGES}}
+        acc = {m: {s: [] for s in STAGES} for m in ("before", "after")}
         for _ in range(2):
-            with Before():
-                pipe._view = None  # a fresh view: the before path has nothing cached either
-                pipe.retrieve(questions[0])
-                for s, v in stage_times(pipe, questions[2:]).items():
-                    acc["before"][s] += v
-            pipe._view = None
-            pipe.retrieve(questions[0])
-            for s, v in stage_times(pipe, questions[2:]).items():
-                acc["after"][s] += v
+            for m in acc:
+                for s, v in stage_times(pipe, [questions[0], *questions[2:]], m == "before").items():
+                    acc[m][s] += v
         rows[filt] = {m: {s: statistics.median(v) for s, v in t.items()} for m, t in acc.items()}
     return {"documents": n, "how": info["how"], "segments": int(index.stores["segment"].offsets.numel() - 1),
             "segment_tokens": int(index.stores["segment"].offsets[-1]),
             "entities": int(index.stores["entity"].offsets.numel() - 1), "stages": rows}
 
 
-def run_carried(pr, n: int, encoders, args) -> dict:
+def run_carried(n: int, encoders, args) -> dict:
+    """The recall stage with the default config (auto) and with maxsim on an index carrying prefilters."""
     index = pr.build_index(n, encoders, progress=True)
-    t = time.perf_counter()
-    events = index.enable_prefilter(progress=True)
-    built = time.perf_counter() - t
+    events, built = h.timed(index.enable_prefilter, progress=True)
     questions = pr.make_questions(args.queries + 2, n)
-    pipes = {"auto": Pipeline(index, encoders), "maxsim": Pipeline(index, encoders, PipelineConfig(recall_ranker="maxsim"))}
+    pipes = {"auto": Pipeline(index, encoders),
+             "maxsim": Pipeline(index, encoders, PipelineConfig(recall_ranker="maxsim"))}
     for p in pipes.values():
         for q in questions[:2]:
             p.retrieve(q)
@@ -155,54 +142,46 @@ def run_carried(pr, n: int, encoders, args) -> dict:
             "recall_overlap": same / len(questions[2:]), "paths": paths}
 
 
-def to_markdown(rep: dict) -> str:
-    L = [f"# Per-stage time against corpus size, before / after (issue 23 item 3) ({rep['date']})", "",
-         f"Command: `{rep['command']}`. Single queries (`retrieve`), median ms per query per stage over "
-         f"{rep['queries']} questions x 2 alternations; recall `maxsim` in both variants.", ""]
+def _stage_cell(filt: str, stage: str):
+    return lambda row: f"{row['r']['stages'][filt][row['variant']][stage]:.2f}"
+
+
+def to_markdown(rep: dict) -> list[str]:
+    lines = [f"Single queries (`retrieve`), median ms per query per stage over {rep['queries']} questions "
+             "x 2 alternations; recall `maxsim` in both variants.", ""]
+    rows = [{"documents": f"{r['documents']:,}", "tokens": f"{r['segment_tokens']:,}", "variant": m, "r": r}
+            for r in rep["sizes"] for m in ("before", "after")]
     for filt in ("default", "mkg"):
-        L += [f"## filter={filt}", "", "| documents | segment tokens | variant | " + " | ".join(STAGES) + " |",
-              "|---:|---:|---|" + "---:|" * len(STAGES)]
-        for r in rep["sizes"]:
-            for m in ("before", "after"):
-                t = r["stages"][filt][m]
-                L.append(f"| {r['documents']:,} | {r['segment_tokens']:,} | {m} | " +
-                         " | ".join(f"{t[s]:.2f}" for s in STAGES) + " |")
-        L.append("")
+        columns = [("documents:", "documents"), ("segment tokens:", "tokens"), ("variant", "variant")]
+        lines += [f"## filter={filt}", "", *h.table(columns + [(s + ":", _stage_cell(filt, s)) for s in STAGES], rows),
+                  ""]
     for c in rep.get("carried", []):
-        L += [f"## Recall stage with carried prefilters, {c['documents']:,} documents "
-              f"({c['segment_tokens']:,} segment tokens)", "",
-              f"enable_prefilter(): {c['events']} in {c['prefilter_build_s']:.1f} s. Recall stage, median ms per query: "
-              f"default config (auto) {c['recall_ms']['auto']:.1f}, maxsim {c['recall_ms']['maxsim']:.1f}; "
-              f"top-10 overlap with maxsim {c['recall_overlap']:.3f}. Paths: {c['paths']}", ""]
-    return "\n".join(L)
+        lines += [f"## Recall stage with carried prefilters, {c['documents']:,} documents "
+                  f"({c['segment_tokens']:,} segment tokens)", "",
+                  f"enable_prefilter(): {c['events']} in {c['prefilter_build_s']:.1f} s. Recall stage, median ms per "
+                  f"query: default config (auto) {c['recall_ms']['auto']:.1f}, maxsim {c['recall_ms']['maxsim']:.1f}; "
+                  f"top-10 overlap with maxsim {c['recall_overlap']:.3f}. Paths: {c['paths']}", ""]
+    return lines
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = h.parser(__doc__)
     p.add_argument("--sizes", default="1000,10000")
     p.add_argument("--queries", type=int, default=16)
     p.add_argument("--carried", type=int, default=0, help="documents of the index with carried prefilters (0: none)")
-    p.add_argument("--quick", action="store_true")
     p.add_argument("--torch-threads", type=int, default=1)
-    p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
-    pr = _pipeline_report()
     encoders = Encoders.offline()
-    rep = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "command": "python benchmarks/stage_scaling.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "queries": args.queries, "sizes": [], "carried": []}
+    e = h.env()
+    rep = {"queries": args.queries, "sizes": [], "carried": []}
     for n in [int(x) for x in args.sizes.split(",")]:
-        rep["sizes"].append(run_size(pr, n, encoders, args))
-        print(json.dumps(rep["sizes"][-1]["stages"]), flush=True)
+        rep["sizes"].append(run_size(n, encoders, args))
+        print(rep["sizes"][-1]["stages"], flush=True)
     if args.carried:
-        rep["carried"].append(run_carried(pr, args.carried, encoders, args))
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "stage_scaling_quick" if args.quick else "stage_scaling"
-    (out / f"{stem}.json").write_text(json.dumps(rep, indent=1, default=str))
-    (out / f"{stem}.md").write_text(to_markdown(rep))
-    print(to_markdown(rep))
+        rep["carried"].append(run_carried(args.carried, encoders, args))
+    h.write(h.stem("stage_scaling", args), "Per-stage time against corpus size, before / after (issue 23 item 3)",
+            to_markdown(rep), rep, args.out, e=e)
     return 0
 
 
