@@ -17,14 +17,28 @@ come back in input order). Padding is masked, so a text's vectors do not depend 
 MiniLM's time on the short, uneven entity and relation texts of a PDF's graph (measured in
 ``benchmarks/ingest_speed.py``).
 
+Span pooling (:meth:`MiniLMEncoder.span_sums` and :func:`pool_sums`, used by the ``spans`` item rule of
+:func:`~colgraph_engine.kg.vectors.encode_document`): from the hidden states of one pass over
+a text (a segment), one vector per *group of character ranges* of it, pooled by the sentence
+embedding's rule restricted to the word pieces that overlap the ranges::
+
+    v_k = normalise( sum_{p in P_k} h_p / |P_k| ),   P_k = {p : [s_p, e_p) meets a range of k}
+
+where ``h_p`` is the last hidden state of piece p and ``[s_p, e_p)`` its character range (the
+fast tokenizer's offset mapping). [CLS], [SEP] and padding are never in ``P_k``. Restricting
+the mean to a span of a longer pass is our choice (not the model's): the pieces see the whole
+segment as context, where a direct encoding sees the span alone.
+
 This is a text-only model: its vectors live in a different space from any image encoder's, so
 never rank text queries against image patches with it (use a colpali-engine model for that).
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ._batching import batches, check_common, check_texts, pack_list
@@ -82,7 +96,12 @@ class MiniLMEncoder:
         if not texts:
             return
         pieces = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True)
-        order = list(range(len(texts)))
+        yield from self._padded(pieces, progress, desc)
+
+    def _padded(self, pieces, progress: bool, desc: str):
+        """``(positions, padded batch)`` over tokenised sequences, in batches of neighbours in
+        length order when ``sort_by_length``."""
+        order = list(range(len(pieces["input_ids"])))
         if self.sort_by_length:  # stable: equal lengths keep input order
             order.sort(key=lambda i: len(pieces["input_ids"][i]))
         for chunk in batches(order, self.batch_size, progress, desc):
@@ -111,6 +130,66 @@ class MiniLMEncoder:
                     token_out[i] = hidden[row][keep[row]].to(self.dtype)
         return (token_out if tokens else None), (pooled_out if pooled else None)
 
+    @torch.inference_mode()
+    def span_sums(self, texts, ranges, n_groups: int, *, overlap: int = 32, progress: bool = False
+                  ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token vectors of `texts` and, from the same forward passes, the sums behind one pooled
+        vector per group of character ranges (the rule in the module docstring; finish with
+        :func:`pool_sums`, after adding the sums of several calls when a group spans them).
+
+        A text longer than ``max_length`` pieces is read in windows of ``max_length`` (the
+        tokenizer's overflow, consecutive windows sharing `overlap` pieces): the first window is
+        the one :meth:`token_vectors` encodes (its token vectors are returned), the others only
+        pool. A range is pooled in the first window that holds it whole (our choice).
+
+        Args:
+            texts: N texts.
+            ranges: ``[R, 4]`` ints (any sequence of 4-tuples), rows ``(group, text, start, end)``:
+                characters ``[start, end)`` of ``texts[text]`` belong to group ``group`` in
+                ``[0, n_groups)``. A group may have ranges in several texts (its pieces are
+                pooled together; a piece that two ranges of a group meet counts once).
+            n_groups: K.
+            overlap: pieces consecutive windows share (0 <= overlap < max_length - 2).
+
+        Returns:
+            ``(tokens, sums [K, d] float32, counts [K] float32, covered [K] bool)``: ``tokens``
+            as :meth:`token_vectors` gives them (up to float rounding: other batches);
+            ``sums[k]`` the sum of ``h_p`` over ``P_k`` and ``counts[k] = |P_k|``;
+            ``covered[k]`` False when a range of group k is in no window whole or meets no
+            piece (the caller encodes those groups otherwise).
+        """
+        texts = check_texts(texts)
+        ranges = _check_ranges(ranges, len(texts), n_groups)
+        if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < self.max_length - 2:
+            raise ValueError(f"overlap: expected an int in [0, {self.max_length - 3}], got {overlap!r}")
+        sums = torch.zeros((n_groups, self.dim), dtype=torch.float32)
+        counts = torch.zeros(n_groups, dtype=torch.float32)
+        covered = torch.zeros(n_groups, dtype=torch.bool)
+        covered[torch.from_numpy(np.unique(ranges[:, 0]))] = True  # a group without ranges is not covered
+        token_out: list[torch.Tensor | None] = [None] * len(texts)
+        if not texts:
+            return token_out, sums, counts, covered
+        pieces = self.tokenizer(texts, truncation=True, max_length=self.max_length, stride=overlap,
+                                return_overflowing_tokens=True, return_special_tokens_mask=True,
+                                return_offsets_mapping=True)
+        text_of = np.asarray(pieces.pop("overflow_to_sample_mapping"), dtype=np.int64)
+        spans = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in pieces.pop("offset_mapping")]
+        first = np.searchsorted(text_of, np.arange(len(texts)))  # each text's first window
+        own, lost = _assign_windows(ranges, text_of, spans, pieces["special_tokens_mask"])
+        covered[torch.from_numpy(lost)] = False
+        for chunk, enc in self._padded(pieces, progress, "MiniLM spans"):
+            hidden, attention, special = self._forward(enc)
+            keep = attention & ~special
+            for row, w in enumerate(chunk):
+                length = int(attention[row].sum())
+                _pool_ranges(hidden[row, :length], spans[w], keep[row, :length].numpy(), own[w], sums, counts,
+                             covered)
+            normed = torch.nn.functional.normalize(hidden, dim=-1) if self.normalize else hidden
+            for row, w in enumerate(chunk):
+                if first[text_of[w]] == w:
+                    token_out[text_of[w]] = normed[row][keep[row]].to(self.dtype)
+        return token_out, sums, counts, covered
+
     def token_vectors(self, texts, *, progress: bool = False) -> list[torch.Tensor]:
         """``[L_i, d]`` per text: word-piece vectors without [CLS], [SEP] and padding."""
         return self._encode(texts, progress, "MiniLM tokens", pooled=False)[0]
@@ -129,8 +208,105 @@ class MiniLMEncoder:
         values, offsets = pack_list(tokens, self.dim, self.dtype)
         return values, offsets, pooled
 
-    def text_encoder(self) -> Encoder:
-        return Encoder(lambda texts: self.pooled(texts).float(), f"minilm-l6-v2-pooled{self.max_length}", self.dim, "text")
+    @property
+    def model_id(self) -> str:
+        """The weights' folder: two encoders with the same id compute the same hidden states."""
+        return str(self.model.config._name_or_path)
+
+    def text_encoder(self, items: str = "direct") -> Encoder:
+        """The ``text`` role: pooled vectors ``[k, d]`` of the texts given. `items` names how
+        :func:`~colgraph_engine.kg.vectors.encode_document` embeds entities and relations:
+        ``"direct"`` (each item's own text through the model) or ``"spans"`` (pooled from the
+        segment pass where the item's description is a span of its segments; see
+        :data:`~colgraph_engine.kg.vectors.ITEM_RULES`). The rule is part of the name (``-spans``),
+        so an index records it; a question is encoded directly either way."""
+        if items not in ITEM_RULES:
+            raise ValueError(f"items: expected one of {ITEM_RULES}, got {items!r}")
+        name = f"minilm-l6-v2-pooled{self.max_length}" + ("-spans" if items == "spans" else "")
+        return Encoder(_PooledText(self, items), name, self.dim, "text")
 
     def token_encoder(self) -> Encoder:
-        return Encoder(lambda texts: [t.float() for t in self.token_vectors(texts)], self.name, self.dim, "tokens")
+        return Encoder(_TokenText(self), self.name, self.dim, "tokens")
+
+
+ITEM_RULES = ("direct", "spans")
+
+
+class _PooledText:
+    """The text role's callable; ``minilm`` and ``items`` tell encode_document which rule applies."""
+
+    def __init__(self, minilm: MiniLMEncoder, items: str):
+        self.minilm, self.items = minilm, items
+
+    def __call__(self, texts):
+        return self.minilm.pooled(texts).float()
+
+
+class _TokenText:
+    """The tokens role's callable; ``minilm`` lets encode_document pool spans from its passes."""
+
+    def __init__(self, minilm: MiniLMEncoder):
+        self.minilm = minilm
+
+    def __call__(self, texts):
+        return [t.float() for t in self.minilm.token_vectors(texts)]
+
+
+def pool_sums(sums: torch.Tensor, counts: torch.Tensor, covered: torch.Tensor) -> torch.Tensor:
+    """``[K, d]``: ``normalise(sums[k] / counts[k])`` for covered groups, zero rows for the rest."""
+    pooled = torch.nn.functional.normalize(sums / counts.clamp(min=1).unsqueeze(1), dim=-1)
+    pooled[~(covered & (counts > 0))] = 0
+    return pooled
+
+
+def _check_ranges(ranges, n_texts: int, n_groups: int) -> np.ndarray:
+    """`ranges` as ``[R, 4]`` int64 after checking every row (ValueError / TypeError)."""
+    if isinstance(n_groups, bool) or not isinstance(n_groups, int) or n_groups < 0:
+        raise ValueError(f"n_groups: expected an int >= 0, got {n_groups!r}")
+    if isinstance(ranges, (str, bytes)) or not isinstance(ranges, (Sequence, np.ndarray)):
+        raise TypeError(f"ranges: expected a sequence of (group, text, start, end), got {type(ranges).__name__}")
+    try:
+        r = np.asarray(ranges, dtype=np.int64).reshape(-1, 4) if len(ranges) else np.zeros((0, 4), np.int64)
+    except (TypeError, ValueError):
+        raise TypeError("ranges: expected rows of 4 ints (group, text, start, end)") from None
+    bad = (r[:, 0] < 0) | (r[:, 0] >= n_groups) | (r[:, 1] < 0) | (r[:, 1] >= n_texts) | (r[:, 2] < 0) \
+        | (r[:, 3] <= r[:, 2])
+    if bad.any():
+        raise ValueError(f"ranges: row {int(np.flatnonzero(bad)[0])} {r[bad][0].tolist()} is out of range "
+                         f"(groups < {n_groups}, texts < {n_texts}, 0 <= start < end)")
+    return r
+
+
+def _assign_windows(ranges: np.ndarray, text_of: np.ndarray, spans: list[np.ndarray], special: list
+                    ) -> tuple[list[np.ndarray], np.ndarray]:
+    """``(rows [R_w, 4] per window, groups with a range in no window whole)``: each range goes
+    to the first window of its text whose pieces' characters span it."""
+    extent = np.zeros((len(spans), 2), dtype=np.int64)
+    for w, (sp, mask) in enumerate(zip(spans, special)):
+        real = sp[np.asarray(mask, dtype=bool) == 0]
+        extent[w] = (real[0, 0], real[-1, 1]) if len(real) else (0, 0)
+    window = np.full(len(ranges), -1, dtype=np.int64)
+    for r, (_, t, start, end) in enumerate(ranges):
+        mine = np.flatnonzero(text_of == t)
+        fits = mine[(extent[mine, 0] <= start) & (end <= extent[mine, 1])]
+        if fits.size:
+            window[r] = fits[0]
+    own = [ranges[window == w] for w in range(len(spans))]
+    return own, np.unique(ranges[window < 0, 0])
+
+
+def _pool_ranges(hidden: torch.Tensor, spans: np.ndarray, keep: np.ndarray, ranges: np.ndarray,
+                 sums: torch.Tensor, counts: torch.Tensor, covered: torch.Tensor) -> None:
+    """Adds one text's pieces into its groups: ``hidden [L, d]``, ``spans [L, 2]`` the pieces'
+    character ranges, ``keep [L]`` the pieces that may pool (not special), ``ranges [R, 4]``
+    this text's rows; ``sums [K, d]``, ``counts [K]`` and ``covered [K]`` are updated in place."""
+    if not len(ranges):
+        return
+    meets = (spans[None, :, 0] < ranges[:, 3:4]) & (spans[None, :, 1] > ranges[:, 2:3]) & keep[None, :]  # [R, L]
+    covered[torch.from_numpy(ranges[~meets.any(1), 0])] = False
+    groups, local = np.unique(ranges[:, 0], return_inverse=True)
+    member = np.zeros((len(groups), len(keep)), dtype=bool)
+    np.logical_or.at(member, local, meets)  # a piece two ranges of a group meet counts once
+    weights = torch.from_numpy(member.astype(np.float32))
+    sums.index_add_(0, torch.from_numpy(groups), weights @ hidden)
+    counts.index_add_(0, torch.from_numpy(groups), weights.sum(1))

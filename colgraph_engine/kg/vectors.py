@@ -20,10 +20,27 @@ A store whose encoder role is not configured stays empty; so do images given wit
 a question's visual phrases, encoded by the token encoder, can only be compared with image
 *patches* when one late-interaction model fills both roles (the colpali-engine family); with
 any other pair of encoders the pipeline ranks images by their text views instead.
+
+Item rules of the ``text`` stores (the text encoder says which: MiniLM's
+``text_encoder(items=...)``, recorded in its name):
+
+* ``direct``: each entity's and relation's text above through the text encoder (one pass per
+  item; an item's description repeats its segment's sentences, so this pass reads ~10x more
+  word pieces than the segments themselves);
+* ``spans`` (our choice, not a paper's): an item whose description lines are each a span of
+  one of its provenance segments (compared with whitespace runs as one space and hyphens left
+  out) gets the tokens encoder's segment pass pooled over those spans
+  (:meth:`MiniLMEncoder.span_sums`: the mean of the last hidden states of the word pieces the
+  spans overlap, L2-normalised) and over its names' mentions inside them (an entity's name, a
+  relation's two endpoints), ``v = normalise(d + n)``, since the direct text leads with the
+  names; no second pass. The rest (descriptions an LLM wrote, lines that cross a segment
+  boundary) keep the direct encoding. Needs the tokens role from the same MiniLM model
+  (ValueError otherwise).
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,14 +245,196 @@ def _pack(chunks, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, offsets
 
 
+def _span_minilm(encoders: Encoders):
+    """The MiniLMEncoder whose segment passes the ``spans`` rule pools, or None for ``direct``."""
+    text_fn = getattr(encoders.text, "fn", None)
+    if getattr(text_fn, "items", "direct") != "spans":
+        return None
+    minilm = getattr(getattr(encoders.tokens, "fn", None), "minilm", None)
+    if minilm is None or minilm.model_id != text_fn.minilm.model_id:
+        got = "none" if encoders.tokens is None else repr(encoders.tokens.name)
+        raise ValueError(f"encoders: the text role {encoders.text.name!r} pools spans of the tokens role's segment "
+                         f"passes and needs the tokens role from the same MiniLM model (got {got}); use "
+                         f"text_encoder(items='direct') with other token encoders")
+    return minilm
+
+
+_HYPHENS = "-\u00ad\u2010\u2011"  # hyphen-minus, soft hyphen, hyphen, non-breaking hyphen
+_AFTER_HYPHEN = re.compile(f"([{_HYPHENS}])\\s+")
+
+
+def _comparable(text: str) -> str:
+    """`text` as :func:`_squeezed` compares it: whitespace runs as one space, none after a
+    hyphen (a line break's), hyphens dropped."""
+    return " ".join(_AFTER_HYPHEN.sub(r"\1", text).split()).translate({ord(c): None for c in _HYPHENS}).strip()
+
+
+def _ends_hyphen(text: str, start: int) -> bool:
+    """True when the word before the whitespace run that ends at `start` ends with a hyphen."""
+    i = start - 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    return i >= 0 and text[i] in _HYPHENS
+
+
+def _squeezed(text: str) -> tuple[str, np.ndarray]:
+    """``(text as :func:`_comparable` makes it, position [len] of each of its characters in
+    text)``. Hyphens are dropped on both sides because an extractor that joins a line break's
+    hyphen ("ab-sence" in a flowed segment, "absence" in its description) must still match."""
+    flat, where = [], []
+    for w in re.finditer(r"\S+", text):
+        if flat and not _ends_hyphen(text, w.start()):
+            flat.append(" ")
+            where.append(w.start() - 1)  # the space stands for the whitespace run before the word
+        for i, c in enumerate(w.group()):
+            if c not in _HYPHENS:
+                flat.append(c)
+                where.append(w.start() + i)
+    if flat and flat[-1] == " ":  # a last word of hyphens only
+        flat.pop()
+        where.pop()
+    return "".join(flat), np.asarray(where, dtype=np.int64)
+
+
+def _item_lines(graph: DocumentGraph, store: str) -> list[tuple[list[str], list[str], np.ndarray]]:
+    """``(description lines, names, provenance segment ordinals)`` per item of the entity or
+    relation store, in :func:`item_texts` order (a relation's names are its two endpoints')."""
+    if store == "entity":
+        return [(graph.node_text[v].split("\n"), [graph.node_name[v]], graph.provenance(int(v)))
+                for v in graph.nodes_of(NodeKind.ENTITY)]
+    po, p, n = graph.edge_prov_offsets, graph.edge_prov, graph.node_name
+    return [(graph.edge_text[e].split("\n"), [n[graph.edge_src[e]], n[graph.edge_dst[e]]], p[po[e]:po[e + 1]])
+            for e in graph.edges_of(EdgeKind.RELATION)]
+
+
+def span_ranges(graph: DocumentGraph) -> tuple[np.ndarray, int, int]:
+    """``(ranges [R, 4] int64, k_entity, k_relation)``: rows ``(group, segment, start, end)`` of
+    the ``spans`` rule (module docstring). Items are numbered entities first then relations
+    (item order of :func:`item_texts`), K = ``k_entity + k_relation``; group ``i < K`` holds
+    item i's description lines, group ``K + i`` its name mentions (an entity's name, a
+    relation's two endpoint names; the first occurrence inside the item's description spans).
+    Segments are numbered by position in the segment store, characters are those of the
+    segment's ``node_text``. An item gets rows only when every one of its description lines is
+    found in one of its provenance segments (the first such segment, the first occurrence)."""
+    segments = graph.nodes_of(NodeKind.SEGMENT)
+    position = {int(graph.provenance(int(v))[0]): k for k, v in enumerate(segments) if graph.provenance(int(v)).size}
+    squeezed: dict[int, tuple[str, np.ndarray]] = {}
+
+    def find(line: str, within) -> tuple[int, int, int] | None:
+        """``(segment, start, end)`` of `line`'s first occurrence in one of `within`'s
+        ``(segment, start, end)`` windows of squeezed text (a whole segment: 0, inf)."""
+        for k, lo, hi in within:
+            if k not in squeezed:
+                squeezed[k] = _squeezed(graph.node_text[segments[k]])
+            flat, where = squeezed[k]
+            at = flat.find(line, lo, hi)
+            if at >= 0:
+                return k, at, at + len(line)
+        return None
+
+    rows: list[tuple[int, int, int, int]] = []
+    items = _item_lines(graph, "entity")
+    k_entity = len(items)
+    items += _item_lines(graph, "relation")
+    n_items = len(items)
+    for item, (lines, names, prov) in enumerate(items):
+        whole = [(position[int(o)], 0, None) for o in prov if int(o) in position]
+        found = []
+        for line in lines:
+            line = _comparable(line)
+            hit = find(line, whole) if line else None
+            if hit is None:
+                found = None
+                break
+            found.append(hit)
+        if not found:
+            continue
+        for group, hits in ((item, found), (n_items + item, [find(_comparable(m), found) for m in names])):
+            for hit in hits:
+                if hit is not None and hit[2] > hit[1]:
+                    where = squeezed[hit[0]][1]
+                    rows.append((group, hit[0], int(where[hit[1]]), int(where[hit[2] - 1]) + 1))
+    ranges = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    return ranges, k_entity, n_items - k_entity
+
+
+@dataclass(frozen=True)
+class SpanPass:
+    """What the ``spans`` rule's segment pass gives: the segment store's packed token vectors
+    (``values [T, d]``, ``offsets [k+1]``), and ``pooled [K, d]`` / ``covered [K]`` bool for the
+    K = ``k_entity + k_relation`` items of :func:`span_ranges` (rows of uncovered items are zero)."""
+    values: torch.Tensor
+    offsets: torch.Tensor
+    pooled: torch.Tensor
+    covered: torch.Tensor
+    k_entity: int
+
+    def of(self, store: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(pooled, covered)`` of the entity or relation store's items."""
+        part = slice(0, self.k_entity) if store == "entity" else slice(self.k_entity, None)
+        return self.pooled[part], self.covered[part]
+
+
+def _span_pass(graph: DocumentGraph, minilm, dim: int) -> SpanPass:
+    """The segment store's token vectors (:data:`TEXT_CHUNK` segments a call, as the tokens
+    encoder reads them) and the ``spans`` rule's item vectors from the same passes:
+    ``normalise(d_i + n_i)`` with ``d_i`` the pooled description and ``n_i`` the pooled name
+    mentions (``d_i`` alone when no name is found)."""
+    from ..encoders.minilm import pool_sums  # deferred: models are optional
+
+    ranges, k_entity, k_relation = span_ranges(graph)
+    n_items = k_entity + k_relation
+    _, texts = item_texts(graph, "segment")
+    sums = torch.zeros((2 * n_items, dim), dtype=torch.float32)
+    counts = torch.zeros(2 * n_items, dtype=torch.float32)
+    covered = torch.ones(2 * n_items, dtype=torch.bool)
+    covered[torch.from_numpy(np.setdiff1d(np.arange(2 * n_items), ranges[:, 0]))] = False
+
+    def chunks():
+        for start in range(0, len(texts), TEXT_CHUNK):
+            mine = ranges[(ranges[:, 1] >= start) & (ranges[:, 1] < start + TEXT_CHUNK)].copy()
+            mine[:, 1] -= start
+            tokens, s, c, cov = minilm.span_sums(texts[start:start + TEXT_CHUNK], mine, 2 * n_items)
+            present = torch.zeros(2 * n_items, dtype=torch.bool)
+            present[torch.from_numpy(mine[:, 0])] = True
+            covered.logical_and_(cov | ~present)  # a call without a group's ranges says nothing about it
+            sums.add_(s)
+            counts.add_(c)
+            yield [t.float() for t in tokens]
+
+    values, offsets = _pack(chunks(), dim)
+    pooled = pool_sums(sums, counts, covered)  # zero rows where not covered
+    kept = covered & (counts > 0)
+    items = torch.nn.functional.normalize(pooled[:n_items] + pooled[n_items:], dim=-1)
+    items[~kept[:n_items]] = 0
+    return SpanPass(values, offsets, items, kept[:n_items], k_entity)
+
+
+def _text_store(texts: list[str], enc, pooled: torch.Tensor | None, covered: torch.Tensor | None) -> torch.Tensor:
+    """``[k, d]`` text-store vectors: the ``spans`` rule's rows where `covered`, `enc` on the
+    other items' texts (all of them when `pooled` is None)."""
+    if pooled is None:
+        return enc(texts).float()
+    values = pooled.clone()
+    rest = (~covered).nonzero().flatten()
+    if len(rest):
+        values[rest] = enc([texts[i] for i in rest.tolist()]).float()
+    return values
+
+
 def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemVectors]:
     """Vectors for every store whose encoder is configured (stores with no items are omitted).
+
+    The text stores follow the text encoder's item rule (``direct`` or ``spans``, see the module
+    docstring); under ``spans`` the segment store's pass also yields the covered items' vectors.
 
     Memory: images are decoded :data:`IMAGE_CHUNK` at a time and token stores are encoded
     :data:`TEXT_CHUNK` texts at a time and packed without a second full copy (see :func:`_pack`),
     so the peak is about the document's vectors plus one chunk."""
     if not isinstance(encoders, Encoders):
         raise TypeError(f"encoders: expected Encoders, got {type(encoders).__name__}")
+    minilm = _span_minilm(encoders) if encoders.text is not None else None
+    spans = _span_pass(graph, minilm, encoders.tokens.dim) if minilm is not None else None
     out = {}
     for store, (role, _) in STORES.items():
         enc = getattr(encoders, role)
@@ -252,8 +451,11 @@ def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemV
             if not len(ids):
                 continue
             if role == "text":
-                values = enc(texts).float()
+                pooled, covered = spans.of(store) if spans is not None else (None, None)
+                values = _text_store(texts, enc, pooled, covered)
                 offsets = torch.arange(len(ids) + 1, dtype=torch.int64)
+            elif store == "segment" and spans is not None:
+                values, offsets = spans.values, spans.offsets
             else:
                 values, offsets = _pack(_text_chunks(texts, enc), enc.dim)
             del texts
