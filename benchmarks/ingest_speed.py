@@ -15,11 +15,15 @@ Rows, all measured in this one run on the same pages:
   over the whole process (model loading included);
 * **phases** (in this process, models loaded once): the reader (text layer + fonts, page render
   with its PNG spool, embedded images), extraction + graph building, MiniLM (the ``text`` role:
-  entity and relation pooled vectors; the ``tokens`` role: segments and image text views),
-  EfficientNet (page and embedded images) and the index write (``add_documents``, one commit per
-  document). The encoders run twice per document, alternating, with MiniLM's length-sorted
-  batching off (``before``: the input order, as up to this change) and on (``after``), and the
-  two documents' vectors are compared (max abs difference): the index contents must agree.
+  entity and relation pooled vectors, and the ``tokens`` role: segments and image text views, in
+  one ``encode_document`` call), EfficientNet (page and embedded images) and the index write
+  (``add_documents``, one commit per document). MiniLM runs twice per document, alternating,
+  under each item rule of :mod:`colgraph_engine.kg.vectors`: ``before`` = ``direct`` (every
+  entity and relation text through the model, the rule up to this change) and ``after`` =
+  ``spans`` (items pooled from the segment pass where their description is a span of it). The
+  token stores must agree between the two (max abs difference); the entity and relation vectors
+  differ by design (their mean cosine is reported; retrieval quality is checked by
+  ``pipeline_quality.py``). The index is written with the ``spans`` vectors.
 
 Seconds are wall time and, beside them, this process's CPU time (both cores count), which a
 busy shared machine inflates less. Writes ``results/ingest_speed.md``, ``.json`` and ``.png``
@@ -89,13 +93,16 @@ def end_to_end(folder: pathlib.Path, out: pathlib.Path) -> dict:
     start = proc.stdout.find("{")
     rep = json.loads(proc.stdout[start:])
     tot = rep["totals"]
+    manifest = json.loads((out / "manifest.json").read_text())
     return {"pages": int(tot["pages"]), "added": int(tot["added"]), "failed": int(tot["failed"]),
             "run_seconds": tot["seconds"], "process_seconds": wall,
+            "text_encoder": manifest["encoders"]["text"]["name"],
             "phases": {k[len("seconds_"):]: v for k, v in tot.items() if k.startswith("seconds_")}}
 
 
 def phases_run(pdfs, tmp: pathlib.Path) -> dict:
-    """Reader, extraction + build, MiniLM / EfficientNet (before and after), index write."""
+    """Reader, extraction + build, MiniLM under each item rule (direct, spans), EfficientNet,
+    index write (the spans rule's vectors)."""
     import torch
 
     from colgraph_engine.encoders import EfficientNetPatchEncoder, MiniLMEncoder
@@ -103,20 +110,21 @@ def phases_run(pdfs, tmp: pathlib.Path) -> dict:
     from colgraph_engine.ingest.readers import read_path
     from colgraph_engine.kg import Encoders, KnowledgeIndex
     from colgraph_engine.kg.extract import PhraseExtractor
-    from colgraph_engine.kg.vectors import encode_document
+    from colgraph_engine.kg.vectors import encode_document, span_ranges
 
     t = time.perf_counter()
-    minilm = MiniLMEncoder()  # the ``models`` set, built here so that its MiniLM can be switched
-    enc = Encoders(text=minilm.text_encoder(), tokens=minilm.token_encoder(),
-                   patches=EfficientNetPatchEncoder().patch_encoder())
+    minilm = MiniLMEncoder()  # the ``models`` set's MiniLM, one model for both rules
+    tokens = minilm.token_encoder()
+    rules = {"before": Encoders(text=minilm.text_encoder("direct"), tokens=tokens),
+             "after": Encoders(text=minilm.text_encoder("spans"), tokens=tokens)}
+    images = Encoders(patches=EfficientNetPatchEncoder().patch_encoder())
     load_s = time.perf_counter() - t
-    roles = {"minilm_text": Encoders(text=enc.text), "minilm_tokens": Encoders(tokens=enc.tokens),
-             "efficientnet": Encoders(patches=enc.patches)}
-    index = KnowledgeIndex.create(tmp / "phases-index", enc)
+    index = KnowledgeIndex.create(tmp / "phases-index", Encoders(text=rules["after"].text, tokens=tokens,
+                                                                 patches=images.patches))
     phases = {"before": {}, "after": {}}
     shared: dict = {}
-    pages = images = texts = 0
-    max_diff = 0.0
+    count = {"pages": 0, "images": 0, "texts": 0, "items": 0, "spans": 0}
+    diff = {"segment": 0.0, "cos_sum": 0.0}
     for n, p in enumerate(pdfs):
         with Clock(shared, "read (total)"):
             r = read_path(p, doc_id=p.name)
@@ -125,30 +133,48 @@ def phases_run(pdfs, tmp: pathlib.Path) -> dict:
         rep = _report_of(r)
         with Clock(shared, "extract + build"):
             graph = _build_one(r.document, rep, None, None, None, PhraseExtractor(), 1200, "offline", {})
-        pages += rep.pages
-        images += rep.images
+        count["pages"] += rep.pages
+        count["images"] += rep.images
         got = {}
         order = ("before", "after") if n % 2 == 0 else ("after", "before")  # a noisy neighbour hits both
         for variant in order:
-            minilm.sort_by_length = variant == "after"
-            vectors = {}
-            for name, only in roles.items():
-                with Clock(phases[variant], name):
-                    vectors.update(encode_document(graph, only))
-            got[variant] = vectors
-        minilm.sort_by_length = True
-        for store, iv in got["after"].items():
-            b = got["before"][store]
-            assert iv.offsets.equal(b.offsets), store
-            if iv.values.numel():
-                max_diff = max(max_diff, float((iv.values - b.values).abs().max()))
-        texts += sum(int(v.offsets.numel()) - 1 for s, v in got["after"].items() if s not in ("image", "region"))
+            with Clock(phases[variant], "minilm (text + tokens roles)"):
+                got[variant] = encode_document(graph, rules[variant])
+        with Clock(shared, "efficientnet"):
+            vectors = encode_document(graph, images)
+        _compare(got, graph, span_ranges, count, diff)
+        vectors.update(got["after"])
         graph.pixels = {}
         with Clock(shared, "index write"):
-            index.add_documents([graph], [got["after"]])
-        del r, graph, got
-    return {"pages": pages, "images": images, "texts": texts, "load_seconds": load_s, "shared": shared,
-            "encode": phases, "max_abs_diff": max_diff, "torch_threads": torch.get_num_threads()}
+            index.add_documents([graph], [vectors])
+        del r, graph, got, vectors
+    return {**count, "load_seconds": load_s, "shared": shared, "encode": phases, "max_abs_diff": diff["segment"],
+            "mean_cos_spans_vs_direct": diff["cos_sum"] / max(count["spans"], 1),
+            "torch_threads": torch.get_num_threads()}
+
+
+def _compare(got: dict, graph, span_ranges, count: dict, diff: dict) -> None:
+    """Adds one document's checks: the token stores must agree between the rules (max abs
+    difference); the text stores' items are counted with those whose description is a span."""
+    import torch
+
+    cos = []
+    for store, iv in got["after"].items():
+        b = got["before"][store]
+        assert iv.offsets.equal(b.offsets), store
+        if store in ("entity", "relation"):
+            cos.append((store, (iv.values * b.values).sum(1)))
+        elif iv.values.numel():
+            diff["segment"] = max(diff["segment"], float((iv.values - b.values).abs().max()))
+    count["texts"] += sum(int(v.offsets.numel()) - 1 for v in got["after"].values())
+    ranges, k_entity, k_relation = span_ranges(graph)
+    n_items = k_entity + k_relation  # groups < n_items: descriptions, entities first; the rest: name mentions
+    spans = sorted({g for g in ranges[:, 0].tolist() if g < n_items})
+    count["items"] += k_entity + k_relation
+    count["spans"] += len(spans)
+    by_item = torch.cat([c for _, c in sorted(cos, key=lambda sc: sc[0] != "entity")]) if cos else torch.zeros(0)
+    if spans and by_item.numel() == k_entity + k_relation:
+        diff["cos_sum"] += float(by_item[spans].sum())
 
 
 def main(argv=None) -> int:
@@ -204,7 +230,8 @@ def render(r: dict) -> list[str]:
              "| row | pages | seconds | pages/s | vs pypdfium2 text |", "|---|---:|---:|---:|---:|",
              f"| peer: pypdfium2 text layer only | {peer['pages']} | {peer['wall']:.2f} | {peer_rate:.1f} | 1 |"]
     if e2e and "error" not in e2e:
-        for what, key in (("ours: `colgraph index build --encoders models` (the run)", "run_seconds"),
+        for what, key in ((f"ours: `colgraph index build --encoders models` (the run; text `{e2e['text_encoder']}`)",
+                           "run_seconds"),
                           ("ours: the same, whole process (model loading included)", "process_seconds")):
             rate = e2e["pages"] / e2e[key]
             lines.append(f"| {what} | {e2e['pages']} | {e2e[key]:.2f} | {rate:.2f} | {rate / peer_rate:.4f} |")
@@ -214,14 +241,15 @@ def render(r: dict) -> list[str]:
                       f"load; {e2e['added']} added, {e2e['failed']} failed)."]
     elif e2e:
         lines.append(f"| ours: end to end | — | — | — | failed: {e2e['error']} |")
-    lines += ["", "## Phases (this process; encoders before / after length-sorted MiniLM batching)", "",
+    lines += ["", "## Phases (this process; MiniLM before: `direct` item rule / after: `spans` item rule)", "",
               "| phase | wall s (before) | wall s (after) | CPU s (before) | CPU s (after) | ms/page wall (after) |"
               " after / before (CPU) |", "|---|---:|---:|---:|---:|---:|---:|"]
     before, after = _per_page(ph, "before"), _per_page(ph, "after")
     for k in after:
         b, a = before[k], after[k]
         ratio = f"{a[1] / b[1]:.2f}" if b[1] > 0 else "—"
-        lines.append(f"| {k} | {b[0]:.2f} | {a[0]:.2f} | {b[1]:.2f} | {a[1]:.2f} | {1000 * a[0] / pages:.0f} | {ratio} |")
+        lines.append(f"| {k} | {b[0]:.2f} | {a[0]:.2f} | {b[1]:.2f} | {a[1]:.2f} | {1000 * a[0] / pages:.0f} "
+                     f"| {ratio} |")
     tb = [sum(v[i] for v in before.values()) for i in (0, 1)]
     ta = [sum(v[i] for v in after.values()) for i in (0, 1)]
     lines.append(f"| **sum** | {tb[0]:.2f} | {ta[0]:.2f} | {tb[1]:.2f} | {ta[1]:.2f} | {1000 * ta[0] / pages:.0f} | "
@@ -233,8 +261,12 @@ def render(r: dict) -> list[str]:
               f"CPU {tb[1] / pages:.3f} s/page before, {ta[1] / pages:.3f} after: on an idle machine with 2 cores "
               f"the CPU time bounds the rate at about {2 * pages / ta[1]:.1f} pages/s after "
               f"({2 * pages / tb[1]:.1f} before).",
-              f"Vectors before vs after: max abs difference {ph['max_abs_diff']:.2e} (same index contents up to "
-              f"float rounding). Models loaded in {ph['load_seconds']:.1f} s; torch threads {ph['torch_threads']}."]
+              f"Entity and relation items whose description lines are spans of their segments: {ph['spans']} of "
+              f"{ph['items']} ({100 * ph['spans'] / max(ph['items'], 1):.0f}%; pooled from the segment pass, the rest "
+              f"encoded directly); mean cosine of their vectors, spans vs direct rule: "
+              f"{ph['mean_cos_spans_vs_direct']:.3f}. Token stores (segments, image text views) before vs after: "
+              f"max abs difference {ph['max_abs_diff']:.2e} (the same up to float rounding). Models loaded in "
+              f"{ph['load_seconds']:.1f} s; torch threads {ph['torch_threads']}."]
     return lines
 
 

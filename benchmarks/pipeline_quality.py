@@ -30,10 +30,9 @@ seeded random distractor pages up to the cap (more when the gold pages alone exc
 variant, including plain MaxSim, ranks the same kept pages, so the haystack is smaller than the
 real one and absolute recalls are higher than on whole documents; the comparison is the point.
 
-Questions: every answerable dev question (at least one valid evidence page). Two corpora:
-* per-document: each question is asked against an index of its own document only (as the
-  quality report ranks pages within the question's PDF), so stage 1 recall is 1 by construction;
-* open: one index over all documents; stage 1 must find the question's document.
+Questions: every answerable dev question (at least one valid evidence page), asked against two
+corpora, per-document and open. How evidence pages, R@k, the stages S1-S6, the corpora and
+context efficiency are measured: :data:`DEFINITIONS`, which every report prints.
 
 Variants (same vectors, one run; ``VARIANTS``): (a) plain page MaxSim, question tokens vs page
 segment tokens; (b) the default, ``retrieval="graph+chunks"`` (the graph adds to the chunk
@@ -43,38 +42,28 @@ seeds; the default's hops 0 and 2 (g, h), filters off and mkg (i, j), lexical-on
 description seeds (k, l), graph weight 0.25 and 1 (n, o), and the pooled visual ranker (e).
 ``--variants gk`` runs a, b, c and the named letters only.
 
-Context efficiency: the share of questions with a short gold answer (``short_answer``) whose
-normalised answer occurs within the first 1,000 and 2,000 tokens of the rendered context.
-Cross-page questions: two or more gold pages.
-
-Retrieved evidence pages of a pipeline result: the evidence sources (segments -> their page) and
-E_k (``page-<n>`` images), interleaved by rank (source 1, image 1, source 2, ...), repeats
-dropped. Per-stage: S1 the gold document among the recalled documents; S4 a gold page touched
-by the retrieved subgraph (segment and image nodes, and the provenance pages of entity nodes;
-chunk nodes for ``"chunks"``); S5 a gold page image in E_k; S6 a gold page among the sources.
-
 The built index is cached in ``benchmarks/.cache/pipeline_quality/`` (gitignored) with
 ``KnowledgeIndex.save`` / ``open``. Writes ``results/pipeline_quality.md``, ``.json`` and ``.png``.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import pathlib
 import random
 import re
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import _harness as h  # noqa: E402
+from quality_report import DEFAULT_DATA, SOURCES, open_mmlongbench  # noqa: E402
+
 HERE = pathlib.Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "mmlongbench-dev"
 CACHE = HERE / ".cache" / "pipeline_quality"
 IMAGE_SOURCES = ("Chart", "Figure", "Image")
 KS = (1, 5, 10)
@@ -99,6 +88,24 @@ VARIANTS = {  # name -> PipelineConfig changes (None: plain page MaxSim); b is t
 }
 GROUPS = ("all", "image-bearing", "cross-page", "text-only")
 BUDGETS = (1000, 2000)
+DEFINITIONS = [
+    "**Evidence pages** of a pipeline result: evidence sources (segment -> page) and E_k images (`page-<n>`), "
+    "interleaved by rank (source 1, image 1, source 2, ...), repeats dropped; plain MaxSim ranks pages directly. "
+    "R@k = fraction of a question's gold pages among the first k evidence pages, averaged; *any* = some gold "
+    "page anywhere in the evidence (≤ 10 sources + ≤ 10 images). Stages: S1 gold document recalled (Kd = 10); "
+    "S4 the retrieved subgraph touches a gold page (segment/image nodes, entity provenance; chunk nodes for "
+    "`chunks`); S5 a gold page in E_k; S6 a gold page among the sources.",
+    "",
+    "**Corpora**: *per-document*: every question is asked against an index of its own document only (as "
+    "quality_report.py ranks pages within the question's PDF), so stage 1 recall is 1 by construction; "
+    "*open*: one index over all kept documents, stage 1 must find the document.",
+    "",
+    "**Context efficiency** (ctx@1000, ctx@2000): the share of questions with a short gold answer (Int, "
+    "Float or Str of at most 5 tokens, a single digit left out; normalised: lower case, thousands "
+    "separators and trailing .0 dropped) whose answer token sequence occurs in the first 1,000 / 2,000 "
+    "tokens of the rendered context (`Context.render()`: entities, relations, sources, images; plain page "
+    "MaxSim: the ranked pages' texts). **Cross-page**: questions with two or more gold pages.",
+]
 
 # --------------------------------------------------------------------------- page mapping helpers
 
@@ -183,10 +190,10 @@ def evidence_pages(result, node_pages: NodePages) -> tuple[list, list, list]:
     for s in result.evidence.sources:
         src.extend(sorted(node_pages(s["node"])) if s["kind"] == "segment" else [])
     img = []
-    for h in result.images:
-        p = page_of_image(h.image if h.image is not None else h.name)
+    for hit in result.images:
+        p = page_of_image(hit.image if hit.image is not None else hit.name)
         if p is not None:
-            img.append((h.doc_id, p))
+            img.append((hit.doc_id, p))
     src, img = list(dict.fromkeys(src)), list(dict.fromkeys(img))
     merged = []
     for i in range(max(len(src), len(img))):
@@ -197,7 +204,7 @@ def evidence_pages(result, node_pages: NodePages) -> tuple[list, list, list]:
 # --------------------------------------------------------------------------- build
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = h.parser(__doc__, quick=False, out=HERE / "results")
     ap.add_argument("--data", type=pathlib.Path, default=DEFAULT_DATA)
     ap.add_argument("--max-pages", type=int, default=10, help="pages kept per document (0: all)")
     ap.add_argument("--max-docs", type=int, default=24, help="first documents of samples.json (0: all)")
@@ -205,9 +212,10 @@ def parse_args(argv=None):
     ap.add_argument("--image-scale", type=float, default=0.75)
     ap.add_argument("--patch-grid", type=int, default=7, choices=(7, 14))
     ap.add_argument("--text-length", type=int, default=32, help="MiniLM pieces for the text (entity/relation) role")
+    ap.add_argument("--text-items", default="spans", choices=("direct", "spans"),
+                    help="how entity/relation vectors are made (kg.vectors item rules; spans: the models set's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rebuild", action="store_true", help="ignore the cached index")
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     ap.add_argument("--name", default="pipeline_quality")
     ap.add_argument("--variants", default="", help="letters of the variants to run (a, b, c always run; default: all)")
     return ap.parse_args(argv)
@@ -229,6 +237,9 @@ def memoised(enc):
         out = [cache[t] for t in batch]
         return torch.stack(out) if enc.role == "text" else out
 
+    for name in ("items", "minilm"):  # the item rule and its model (kg.vectors reads them)
+        if hasattr(enc.fn, name):
+            setattr(fn, name, getattr(enc.fn, name))
     return Encoder(fn, enc.name, enc.dim, enc.role)
 
 
@@ -238,7 +249,7 @@ def make_encoders(args):
     from colgraph_engine.kg import Encoders
 
     tokens = MiniLMEncoder(batch_size=16).token_encoder()
-    text = MiniLMEncoder(max_length=args.text_length, batch_size=64).text_encoder()
+    text = MiniLMEncoder(max_length=args.text_length, batch_size=64).text_encoder(args.text_items)
     patches = EfficientNetPatchEncoder(grid=args.patch_grid).patch_encoder()
     return Encoders(text=memoised(text), tokens=memoised(tokens), patches=patches)
 
@@ -254,7 +265,8 @@ def select_pages(ds, doc: str, cap: int, rng: random.Random) -> list[int]:
 
 def cache_dir(args) -> pathlib.Path:
     key = (f"p{args.max_pages}-d{args.max_docs or 'all'}-s{args.seed}-{'noocr' if args.no_ocr else 'ocr'}"
-           f"-x{args.image_scale}-g{args.patch_grid}-t{args.text_length}")
+           f"-x{args.image_scale}-g{args.patch_grid}-t{args.text_length}"
+           + ("-spans" if args.text_items == "spans" else ""))
     return CACHE / key
 
 
@@ -280,27 +292,24 @@ def build_or_open(args, ds, encoders):
     rng = random.Random(args.seed)
     docs = ds.doc_ids[: args.max_docs] if args.max_docs else ds.doc_ids
     index = KnowledgeIndex(encoders)
-    meta = {"pages": {}, "excluded_no_text_layer": [], "ocr_pages": 0, "text_sources": defaultdict(int),
+    meta = {"pages": {}, "excluded_no_text_layer": [], "text_sources": defaultdict(int),
             "timings_s": defaultdict(float), "graph_counts": defaultdict(int)}
     t_all = time.perf_counter()
     for i, doc in enumerate(docs):
         keep = select_pages(ds, doc, args.max_pages, rng)
-        t0 = time.perf_counter()
         if ocr is None:
             layer = render_pdf(ds.pdf_path(doc), pages=keep, with_images=False)
             if sum(p.text_source == "layer" for p in layer) * 2 < len(layer):
                 meta["excluded_no_text_layer"].append(doc)
                 continue
-        pages = render_pdf(ds.pdf_path(doc), scale=args.image_scale, pages=keep, ocr=ocr, ocr_scale=2.0)
-        meta["timings_s"]["render + OCR"] += time.perf_counter() - t0
+        pages, t = h.timed(render_pdf, ds.pdf_path(doc), scale=args.image_scale, pages=keep, ocr=ocr, ocr_scale=2.0)
+        meta["timings_s"]["render + OCR"] += t
         for p in pages:
             meta["text_sources"][p.text_source] += 1
-        t0 = time.perf_counter()
-        graph = build_document_graph(page_document(doc, pages))
-        meta["timings_s"]["graph build (offline extractor)"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        vectors = encode_document(graph, encoders)
-        meta["timings_s"]["encode (all stores)"] += time.perf_counter() - t0
+        graph, t = h.timed(build_document_graph, page_document(doc, pages))
+        meta["timings_s"]["graph build (offline extractor)"] += t
+        vectors, t = h.timed(encode_document, graph, encoders)
+        meta["timings_s"]["encode (all stores)"] += t
         index.add_document(graph, vectors)
         meta["pages"][doc] = [p.number for p in pages]
         for k, v in graph.counts.items():
@@ -308,10 +317,8 @@ def build_or_open(args, ds, encoders):
         print(f"[{i + 1}/{len(docs)}] {doc}: {len(pages)} pages, {graph.counts['entities']} entities, "
               f"{graph.counts['relations']} relations, {time.perf_counter() - t_all:.0f} s so far", flush=True)
     meta["timings_s"]["total build"] = time.perf_counter() - t_all
-    t0 = time.perf_counter()
     where.mkdir(parents=True, exist_ok=True)
-    index.save(where / "index", overwrite=True)
-    meta["timings_s"]["save"] = time.perf_counter() - t0
+    _, meta["timings_s"]["save"] = h.timed(index.save, where / "index", overwrite=True)
     meta_path.write_text(json.dumps(meta, indent=1))
     meta["cached"] = False
     return index, json.loads(json.dumps(meta))
@@ -421,9 +428,7 @@ def run_pipeline(index, encoders, questions, changes, node_pages):
     from colgraph_engine.pipeline import Pipeline, PipelineConfig
 
     pipe = Pipeline(index, encoders, PipelineConfig().replace(**changes))
-    t0 = time.perf_counter()
-    results = pipe.retrieve_batch([q.question for q in questions])
-    elapsed = time.perf_counter() - t0
+    results, elapsed = h.timed(pipe.retrieve_batch, [q.question for q in questions])
     per_q = {}
     for q, r in zip(questions, results):
         merged, src, img = evidence_pages(r, node_pages)
@@ -438,188 +443,160 @@ def run_pipeline(index, encoders, questions, changes, node_pages):
     return per_q, elapsed, stages
 
 
+def plain_run(ranked, texts) -> dict:
+    """Plain page MaxSim's results in :func:`run_pipeline`'s shape: its pages are its sources."""
+    return {qid: {"merged": r, "sources": r, "images": [], "docs": None, "subgraph_pages": None,
+                  "context": pages_context(r, texts)} for qid, r in ranked.items()}
+
+
+def open_runs(index, encoders, questions, qv, qo, variants, texts) -> tuple[dict, dict]:
+    """``(runs, timing)`` per variant over the open corpus: one index, one batch per variant."""
+    node_pages = NodePages(index)
+    runs, timing = {}, {}
+    for name, changes in variants.items():
+        if changes is None:
+            ranked, t = h.timed(maxsim_rankings, index, questions, qv, qo, "open")
+            runs[name], timing[name] = plain_run(ranked, texts), {"total_s": t}
+        else:
+            runs[name], t, stages = run_pipeline(index, encoders, questions, changes, node_pages)
+            timing[name] = {"total_s": t, "stages_s": stages}
+        print(f"open corpus, {name}: {t:.1f} s", flush=True)
+    return runs, timing
+
+
+def per_document_runs(index, encoders, questions, qv, qo, variants, texts) -> tuple[dict, dict]:
+    """``(runs, timing)`` per variant, each question against an index of its own document."""
+    runs = {PLAIN: plain_run(maxsim_rankings(index, questions, qv, qo, "per-document"), texts)}
+    pipelines = {name: changes for name, changes in variants.items() if changes is not None}
+    runs |= {name: {} for name in pipelines}
+    timing = {name: {"total_s": 0.0} for name in pipelines}
+    for doc in dict.fromkeys(q.doc_id for q in questions):
+        qs = [q for q in questions if q.doc_id == doc]
+        one = document_index(index, doc, encoders)
+        node_pages = NodePages(one)
+        for name, changes in pipelines.items():
+            per_q, elapsed, _ = run_pipeline(one, encoders, qs, changes, node_pages)
+            runs[name].update(per_q)
+            timing[name]["total_s"] += elapsed
+    return runs, timing
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not (args.data / "samples.json").is_file():
-        print(f"MMLongBench-Doc data not found at {args.data} (expected samples.json and documents/); "
-              "this benchmark needs it and writes nothing without it.")
+    ds = open_mmlongbench(args.data)
+    if ds is None:
         return 2
-    import _impls
-    from colgraph_engine.eval.datasets import load_mmlongbench
     from colgraph_engine.packed import pack
 
-    global VARIANTS
-    if args.variants:
-        VARIANTS = {k: v for k, v in VARIANTS.items() if k[0] in "abc" + args.variants}
+    variants = {k: v for k, v in VARIANTS.items() if not args.variants or k[0] in "abc" + args.variants}
+    e = h.env()
     t_start = time.perf_counter()
-    ds = load_mmlongbench(args.data)
     encoders = make_encoders(args)
     index, meta = build_or_open(args, ds, encoders)
-    docs = list(meta["pages"])
-    questions = [q for d in docs for q in ds.questions_for(d) if q.answerable]
+    questions = [q for d in meta["pages"] for q in ds.questions_for(d) if q.answerable]
     gold = {q.qid: {(q.doc_id, p) for p in q.evidence_pages} for q in questions}
     kept = {(d, p) for d in meta["pages"] for p in meta["pages"][d]}
     if any(g - kept for g in gold.values()):
         raise RuntimeError("a gold page is missing from the kept pages (select_pages keeps them all)")
-    image_q = {q.qid for q in questions if set(q.evidence_sources) & set(IMAGE_SOURCES)}
-
     qv, qo = pack(encoders.tokens([q.question for q in questions]), dtype=torch.float32)
-    runs: dict[str, dict[str, dict]] = {"per-document": {}, "open": {}}
-    timing: dict[str, dict] = {"per-document": {}, "open": {}}
-    # open corpus: one index, one batch per variant
-    node_pages = NodePages(index)
-    texts = page_texts(index, node_pages)
-    for name, changes in VARIANTS.items():
-        t0 = time.perf_counter()
-        if changes is None:
-            ranked = maxsim_rankings(index, questions, qv, qo, "open")
-            runs["open"][name] = {qid: {"merged": r, "sources": r, "images": [], "docs": None, "subgraph_pages": None,
-                                        "context": pages_context(r, texts)} for qid, r in ranked.items()}
-            timing["open"][name] = {"total_s": time.perf_counter() - t0}
-        else:
-            per_q, elapsed, stages = run_pipeline(index, encoders, questions, changes, node_pages)
-            runs["open"][name] = per_q
-            timing["open"][name] = {"total_s": elapsed, "stages_s": stages}
-        print(f"open corpus, {name}: {time.perf_counter() - t0:.1f} s", flush=True)
-    # per document: each question against an index of its own document
-    ranked = maxsim_rankings(index, questions, qv, qo, "per-document")
-    runs["per-document"][PLAIN] = {qid: {"merged": r, "sources": r, "images": [], "docs": None,
-                                         "subgraph_pages": None, "context": pages_context(r, texts)}
-                                   for qid, r in ranked.items()}
-    for name in VARIANTS:
-        if VARIANTS[name] is not None:
-            runs["per-document"][name] = {}
-            timing["per-document"][name] = {"total_s": 0.0}
-    t0 = time.perf_counter()
-    for doc in docs:
-        qs = [q for q in questions if q.doc_id == doc]
-        if not qs:
-            continue
-        one = document_index(index, doc, encoders)
-        np_one = NodePages(one)
-        for name, changes in VARIANTS.items():
-            if changes is None:
-                continue
-            per_q, elapsed, _ = run_pipeline(one, encoders, qs, changes, np_one)
-            runs["per-document"][name].update(per_q)
-            timing["per-document"][name]["total_s"] += elapsed
-    print(f"per-document variants: {time.perf_counter() - t0:.1f} s", flush=True)
-
-    report = summarise(args, ds, meta, index, questions, gold, image_q, runs, timing)
+    texts = page_texts(index, NodePages(index))
+    open_run, open_timing = open_runs(index, encoders, questions, qv, qo, variants, texts)
+    (doc_run, doc_timing), t = h.timed(per_document_runs, index, encoders, questions, qv, qo, variants, texts)
+    print(f"per-document variants: {t:.1f} s", flush=True)
+    runs, timing = {"per-document": doc_run, "open": open_run}, {"per-document": doc_timing, "open": open_timing}
+    report = summarise(args, ds, meta, index, questions, gold, runs, timing, variants)
     report["run_s"] = time.perf_counter() - t_start
-    info = _impls.machine_info()
-    info.pop("colgraph_backends", None)
-    report["machine"] = info
-    report["engine_source"] = engine_source()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1, default=str))
-    lines = render_markdown(report, args)
-    (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    plot(report, args.out / f"{args.name}.png")
-    print("\n".join(lines))
+    out = h.write(args.name, "Pipeline retrieval quality on MMLongBench-Doc (dev subset): evidence pages",
+                  render_markdown(report, args), report, args.out, e=e)
+    plot(report, out / f"{args.name}.png" if out else None)
     return 0
-
-
-def engine_source() -> str:
-    """The commit the engine ran from, and whether colgraph_engine/ had uncommitted changes."""
-    import subprocess
-
-    root = HERE.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "colgraph_engine", "csrc"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    changed = [line[3:] for line in dirty if line.strip()]
-    return head + (f" + uncommitted changes in {', '.join(changed)}" if changed else "")
 
 
 def _mean(xs):
     return float(np.mean(xs)) if len(xs) else float("nan")
 
 
-def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> dict:
-    groups = {"all": [q.qid for q in questions], "image-bearing": [q.qid for q in questions if q.qid in image_q],
-              "cross-page": [q.qid for q in questions if len(gold[q.qid]) > 1],
-              "text-only": [q.qid for q in questions if q.qid not in image_q]}
-    short = {q.qid: short_answer(q) for q in questions}
-    sources_of = {q.qid: q.evidence_sources for q in questions}
-    table = {}
-    per_question = {}
-    for corpus, by_variant in runs.items():
-        table[corpus] = {}
-        for name, per_q in by_variant.items():
-            rows = {}
-            scored = {}
-            for qid, r in per_q.items():
-                g = gold[qid]
-                s = score_question(r["merged"], g)
-                s["src R@5"] = recall(r["sources"], g, 5)
-                s["img R@5"] = recall(r["images"], g, 5) if VARIANTS[name] is not None else float("nan")
-                s["S1 doc"] = float(next(iter(g))[0] in r["docs"]) if r["docs"] is not None else float("nan")
-                s["S4 subgraph"] = float(bool(r["subgraph_pages"] & g)) if r["subgraph_pages"] is not None \
-                    else float("nan")
-                s["S5 E_k"] = float(bool(set(r["images"]) & g)) if VARIANTS[name] is not None else float("nan")
-                s["S6 sources"] = float(bool(set(r["sources"]) & g))
-                for b in BUDGETS:
-                    s[f"ctx@{b}"] = float(answer_within(r["context"], short[qid], b)) if short[qid] else float("nan")
-                if name in (GRAPH, CHUNKS):
-                    s["top5"] = [list(x) for x in r["merged"][:5]]
-                    s["seeds"] = r.get("seeds", [])
-                scored[qid] = s
-            for gname, qids in groups.items():
-                rows[gname] = {"n": len(qids)}
-                for key in ("R@1", "R@5", "R@10", "any", "src R@5", "img R@5", "S1 doc", "S4 subgraph", "S5 E_k",
-                            "S6 sources"):
-                    rows[gname][key] = _mean([scored[qid][key] for qid in qids])
-                for b in BUDGETS:  # context efficiency: over the group's questions with a short answer
-                    rows[gname][f"ctx@{b}"] = _mean([scored[qid][f"ctx@{b}"] for qid in qids if short[qid]])
-                rows[gname]["n short"] = sum(1 for qid in qids if short[qid])
-            table[corpus][name] = rows
-            per_question.setdefault(corpus, {})[name] = scored
-    # where the graph helps / hurts: questions whose Recall@5 differs between two variants
-    comparisons = {}
-    for corpus in runs:
-        pq = per_question[corpus]
-        for a, b in ((GRAPH, CHUNKS), (GRAPH, PLAIN), (GRAPH, H0), (GRAPH, MKG), (GRAPH, POOLED)):
+METRICS = ("R@1", "R@5", "R@10", "any", "src R@5", "img R@5", "S1 doc", "S4 subgraph", "S5 E_k", "S6 sources")
+PAIRS = ((GRAPH, CHUNKS), (GRAPH, PLAIN), (GRAPH, H0), (GRAPH, MKG), (GRAPH, POOLED))  # where the graph helps
+
+
+def score_run(name, per_q, gold, short) -> dict:
+    """Question id -> its figures in one run (NaN where the variant has no such stage: plain
+    page MaxSim has no images, documents or subgraph)."""
+    nan, plain = float("nan"), name == PLAIN
+    scored = {}
+    for qid, r in per_q.items():
+        g = gold[qid]
+        s = score_question(r["merged"], g)
+        s["src R@5"] = recall(r["sources"], g, 5)
+        s["img R@5"] = nan if plain else recall(r["images"], g, 5)
+        s["S1 doc"] = nan if plain else float(next(iter(g))[0] in r["docs"])
+        s["S4 subgraph"] = nan if plain else float(bool(r["subgraph_pages"] & g))
+        s["S5 E_k"] = nan if plain else float(bool(set(r["images"]) & g))
+        s["S6 sources"] = float(bool(set(r["sources"]) & g))
+        for b in BUDGETS:
+            s[f"ctx@{b}"] = float(answer_within(r["context"], short[qid], b)) if short[qid] else nan
+        if name in (GRAPH, CHUNKS):  # kept for the examples
+            s["top5"] = [list(x) for x in r["merged"][:5]]
+            s["seeds"] = r.get("seeds", [])
+        scored[qid] = s
+    return scored
+
+
+def group_rows(scored, groups, short) -> dict:
+    """Group name -> n and the mean of every figure; context efficiency over the group's
+    questions with a short answer only."""
+    rows = {}
+    for gname, qids in groups.items():
+        with_short = [qid for qid in qids if short[qid]]
+        rows[gname] = {"n": len(qids), **{k: _mean([scored[qid][k] for qid in qids]) for k in METRICS},
+                       **{f"ctx@{b}": _mean([scored[qid][f"ctx@{b}"] for qid in with_short]) for b in BUDGETS},
+                       "n short": len(with_short)}
+    return rows
+
+
+def comparisons(per_question, questions) -> dict:
+    """Per corpus and pair of :data:`PAIRS`: questions whose Recall@5 is higher (better) or lower
+    (worse) with the first variant, counted under ``all`` and each of their evidence sources."""
+    out = {}
+    for corpus, pq in per_question.items():
+        for a, b in PAIRS:
             if a not in pq or b not in pq:
                 continue
-            better, worse = defaultdict(int), defaultdict(int)
+            better, worse = Counter(), Counter()
             for q in questions:
                 d = pq[a][q.qid]["R@5"] - pq[b][q.qid]["R@5"]
-                for src in (sources_of[q.qid] or ("(none)",)):
-                    src = {"Pure-text (Plain-text)": "Pure-text", "Generalized-text (Layout)": "Layout"}.get(src, src)
-                    if d > 0:
-                        better[src] += 1
-                    elif d < 0:
-                        worse[src] += 1
-                if d > 0:
-                    better["all"] += 1
-                elif d < 0:
-                    worse["all"] += 1
-            comparisons[f"{corpus}: {a} vs {b}"] = {"better": dict(better), "worse": dict(worse)}
-    by_source = {}
-    for corpus in runs:
-        by_source[corpus] = {}
-        srcs = sorted({s for q in questions for s in q.evidence_sources})
-        for src in srcs:
-            qids = [q.qid for q in questions if src in q.evidence_sources]
-            by_source[corpus][src] = {"n": len(qids), **{
-                name: _mean([per_question[corpus][name][qid]["R@5"] for qid in qids]) for name in runs[corpus]}}
-    counts = index.counts
-    notes = sorted({n for corpus in runs for name, per_q in runs[corpus].items() for r in per_q.values()
-                    for n in r.get("notes", [])})
-    stage_counts = {}
-    budget = __import__("colgraph_engine.pipeline", fromlist=["x"]).PipelineConfig().expansion_budget
-    for corpus in runs:
-        stage_counts[corpus] = {}
-        for name, per_q in runs[corpus].items():
-            if VARIANTS[name] is None:
+                if d:
+                    sources = [SOURCES.get(s, s) for s in q.evidence_sources or ("(none)",)]
+                    (better if d > 0 else worse).update(sources + ["all"])
+            out[f"{corpus}: {a} vs {b}"] = {"better": dict(better), "worse": dict(worse)}
+    return out
+
+
+def r5_by(per_question, subsets: dict) -> dict:
+    """Per corpus and subset of questions (``{label: qids}``): n and each variant's mean Recall@5."""
+    out = {}
+    for corpus, pq in per_question.items():
+        out[corpus] = {}
+        for label, qids in subsets.items():
+            means = {name: _mean([pq[name][qid]["R@5"] for qid in qids]) for name in pq}
+            out[corpus][label] = {"n": len(qids), **means}
+    return out
+
+
+def stage_counts(runs) -> dict:
+    """Per corpus and pipeline variant: mean candidates per question at each stage."""
+    from colgraph_engine.pipeline import PipelineConfig
+
+    budget = PipelineConfig().expansion_budget
+    out = {}
+    for corpus, by_variant in runs.items():
+        out[corpus] = {}
+        for name, per_q in by_variant.items():
+            if name == PLAIN:
                 continue
             c = [r["counts"] for r in per_q.values()]
-            stage_counts[corpus][name] = {
+            out[corpus][name] = {
                 "recalled documents": _mean([x["recall"]["documents"] for x in c]),
                 "subgraph nodes": _mean([x["expand"]["nodes"] for x in c]),
                 "visual candidates": _mean([x["visual"]["candidates"] for x in c]),
@@ -628,31 +605,50 @@ def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> 
                 "subgraph pages": _mean([len(r["subgraph_pages"]) for r in per_q.values()]),
                 "at expansion budget": _mean([x["expand"]["nodes"] >= budget for x in c]),
             }
-    by_doc = {}  # per corpus: each document's mean Recall@5 (its own questions) per variant
-    for corpus in runs:
-        by_doc[corpus] = {}
-        for d in sorted({q.doc_id for q in questions}):
-            qids = [q.qid for q in questions if q.doc_id == d]
-            by_doc[corpus][d] = {"n": len(qids), **{name: _mean([per_question[corpus][name][qid]["R@5"] for qid in qids])
-                                                    for name in runs[corpus]}}
-    examples = {"wins": [], "losses": []}
+    return out
+
+
+def examples(per_question, questions) -> dict:
+    """Up to 6 open-corpus questions where graph+chunks beats chunks on Recall@5 (wins) and 6
+    where it loses, largest difference first."""
+    out = {"wins": [], "losses": []}
     pq = per_question.get("open", {})
-    if GRAPH in pq and CHUNKS in pq:
-        deltas = sorted(((pq[GRAPH][q.qid]["R@5"] - pq[CHUNKS][q.qid]["R@5"], q) for q in questions),
-                        key=lambda t: (-abs(t[0]), t[1].qid))
-        for d, q in deltas:
-            kind = "wins" if d > 0 else "losses" if d < 0 else None
-            if kind and len(examples[kind]) < 6:
-                examples[kind].append({"qid": q.qid, "delta": d, "question": q.question, "answer": q.answer,
-                                       "gold": sorted(q.evidence_pages), "seeds": pq[GRAPH][q.qid].get("seeds", []),
-                                       "graph_top5": pq[GRAPH][q.qid]["top5"], "chunks_top5": pq[CHUNKS][q.qid]["top5"]})
+    if GRAPH not in pq or CHUNKS not in pq:
+        return out
+    deltas = sorted(((pq[GRAPH][q.qid]["R@5"] - pq[CHUNKS][q.qid]["R@5"], q) for q in questions),
+                    key=lambda t: (-abs(t[0]), t[1].qid))
+    for d, q in deltas:
+        kind = "wins" if d > 0 else "losses" if d < 0 else None
+        if kind and len(out[kind]) < 6:
+            out[kind].append({"qid": q.qid, "delta": d, "question": q.question, "answer": q.answer,
+                              "gold": sorted(q.evidence_pages), "seeds": pq[GRAPH][q.qid].get("seeds", []),
+                              "graph_top5": pq[GRAPH][q.qid]["top5"], "chunks_top5": pq[CHUNKS][q.qid]["top5"]})
+    return out
+
+
+def summarise(args, ds, meta, index, questions, gold, runs, timing, variants) -> dict:
+    """The report's data: per corpus and variant the group table, and everything the Markdown shows."""
+    from colgraph_engine.pipeline import PipelineConfig
+
+    image_q = {q.qid for q in questions if set(q.evidence_sources) & set(IMAGE_SOURCES)}
+    groups = {"all": [q.qid for q in questions], "image-bearing": [q.qid for q in questions if q.qid in image_q],
+              "cross-page": [q.qid for q in questions if len(gold[q.qid]) > 1],
+              "text-only": [q.qid for q in questions if q.qid not in image_q]}
+    short = {q.qid: short_answer(q) for q in questions}
+    per_question = {c: {name: score_run(name, per_q, gold, short) for name, per_q in by_variant.items()}
+                    for c, by_variant in runs.items()}
+    table = {c: {name: group_rows(scored, groups, short) for name, scored in by_variant.items()}
+             for c, by_variant in per_question.items()}
+    sources = sorted({s for q in questions for s in q.evidence_sources})
+    docs = sorted({q.doc_id for q in questions})
+    notes = sorted({n for by_variant in runs.values() for per_q in by_variant.values() for r in per_q.values()
+                    for n in r.get("notes", [])})
     return {
-        "examples": examples, "by_document_R@5": by_doc,
-        "date": str(datetime.date.today()),
+        "examples": examples(per_question, questions),
+        "by_document_R@5": r5_by(per_question, {d: [q.qid for q in questions if q.doc_id == d] for d in docs}),
         "settings": {"max_pages": args.max_pages, "max_docs": args.max_docs, "ocr": not args.no_ocr,
-                     "image_scale": args.image_scale, "patch_grid": args.patch_grid, "text_length": args.text_length,
-                     "seed": args.seed, "pipeline_defaults": __import__("colgraph_engine.pipeline", fromlist=["x"])
-                     .PipelineConfig().as_dict(), "variants": VARIANTS,
+                     "image_scale": args.image_scale, "patch_grid": args.patch_grid, "text_length": args.text_length, "text_items": args.text_items,
+                     "seed": args.seed, "pipeline_defaults": PipelineConfig().as_dict(), "variants": variants,
                      "encoders": index.encoder_info},
         "counts": {"documents": len(meta["pages"]), "documents_in_dataset": len(ds.doc_ids),
                    "pages": sum(len(v) for v in meta["pages"].values()),
@@ -663,29 +659,79 @@ def summarise(args, ds, meta, index, questions, gold, image_q, runs, timing) -> 
                                                          if q.doc_id in meta["pages"]),
                    "excluded_no_text_layer": meta["excluded_no_text_layer"],
                    "page_text_sources": meta["text_sources"], "skipped_labels": ds.skipped,
-                   "index": counts},
+                   "index": index.counts},
         "build": {"cached": meta.get("cached"), "timings_s": meta["timings_s"], "load_s": meta.get("load_s")},
-        "table": table, "by_source_R@5": by_source, "comparisons": comparisons, "stage_counts": stage_counts,
-        "timing": timing, "notes": notes,
-        "per_question": {c: {n: {qid: {k: v for k, v in s.items()} for qid, s in d.items()}
-                             for n, d in per_question[c].items()} for c in per_question},
+        "table": table,
+        "by_source_R@5": r5_by(per_question, {s: [q.qid for q in questions if s in q.evidence_sources]
+                                              for s in sources}),
+        "comparisons": comparisons(per_question, questions), "stage_counts": stage_counts(runs),
+        "timing": timing, "notes": notes, "per_question": per_question,
     }
 
 
-def _f(x):
-    return "—" if x != x else f"{x:.3f}"
+def counted(d: dict) -> str:
+    """``all 3, Chart 1, ...`` (``all`` first), or 0."""
+    return ", ".join(f"{s} {n}" for s, n in sorted(d.items(), key=lambda kv: (kv[0] != "all", kv[0]))) or "0"
+
+
+MAIN_COLUMNS = [("variant", "variant"), ("questions", "questions"), ("n:", "n"),
+                *[(f"{title}:", h.cell(key)) for title, key in (
+                    ("R@1", "R@1"), ("R@5", "R@5"), ("R@10", "R@10"), ("any", "any"), ("sources R@5", "src R@5"),
+                    ("E_k R@5", "img R@5"), ("S1 doc", "S1 doc"), ("S4 subgraph", "S4 subgraph"),
+                    ("S6 sources", "S6 sources"))],
+                ("n short:", "n short"), ("ctx@1000:", h.cell("ctx@1000")), ("ctx@2000:", h.cell("ctx@2000"))]
+STAGE_COLUMNS = [("variant", "variant"),
+                 *[(f"{title}:", h.cell(key, ".2f" if key == "at expansion budget" else ".1f")) for title, key in (
+                     ("recalled documents", "recalled documents"), ("subgraph nodes", "subgraph nodes"),
+                     ("pages the subgraph touches", "subgraph pages"),
+                     ("share at the expansion budget", "at expansion budget"),
+                     ("visual candidates", "visual candidates"), ("E_k", "E_k"), ("sources", "sources"),
+                     ("seconds", "seconds"))]]
+
+
+def corpus_lines(r, corpus: str) -> list[str]:
+    """The corpus's section: the group table, Recall@5 by evidence source, candidates per stage."""
+    names = list(r["table"][corpus])
+    rows = [{"variant": name, "questions": g, **row} for name, by_group in r["table"][corpus].items()
+            for g, row in by_group.items()]
+    stages = [{"variant": name, **row, "seconds": r["timing"][corpus][name]["total_s"]}
+              for name, row in r["stage_counts"][corpus].items()]
+    return [f"## {corpus} corpus", "", *h.table(MAIN_COLUMNS, rows), "",
+            "Recall@5 by evidence source (a question counts under each of its sources):", "",
+            *h.table([("source", "source"), ("n:", "n"), *[(f"{n}:", h.cell(n)) for n in names]],
+                     [{"source": src, **row} for src, row in r["by_source_R@5"][corpus].items()]), "",
+            "Mean candidates per question:", "", *h.table(STAGE_COLUMNS, stages), ""]
+
+
+def by_document_lines(r, corpus: str) -> list[str]:
+    """Recall@5 per document of the main variants, naming the documents where graph+chunks is below chunks."""
+    rows = r["by_document_R@5"][corpus]
+    show = [n for n in (PLAIN, GRAPH, CHUNKS, MKG) if n in r["table"]["open"]]
+    below = [d for d, row in rows.items() if row[GRAPH] < row[CHUNKS] - 1e-9]
+    return [f"Recall@5 per document ({corpus} corpus; each document's own questions): {GRAPH} is below "
+            f"{CHUNKS} on {len(below)} of {len(rows)} documents" + (f" ({', '.join(below)})" if below else "") + ".",
+            "", *h.table([("document", "document"), ("questions:", "n"), *[(f"{n}:", h.cell(n)) for n in show]],
+                         [{"document": d, **row} for d, row in rows.items()]), ""]
+
+
+def example_lines(r) -> list[str]:
+    out = ["## Examples (open corpus): graph+chunks vs chunks", ""]
+    for kind in ("wins", "losses"):
+        out += [f"**{kind}** (Recall@5 of {GRAPH} minus {CHUNKS}, largest first):", ""]
+        out += [f"* `{e['qid']}` ({e['delta']:+.2f}) {e['question']!r}; gold {e['gold']}; seeds {e['seeds'][:6]}; "
+                f"graph+chunks top 5 {e['graph_top5']}; chunks top 5 {e['chunks_top5']}" for e in r["examples"][kind]]
+        out.append("")
+    return out
 
 
 def render_markdown(r, args) -> list[str]:
-    c, s, m = r["counts"], r["settings"], r["machine"]
-    b = r["build"]
+    """The report's body (its title and environment header come from the harness)."""
+    c, s, b = r["counts"], r["settings"], r["build"]
+    n = c["index"]
     lines = [
-        "# Pipeline retrieval quality on MMLongBench-Doc (dev subset): evidence pages", "",
-        f"{r['date']} · {m['cpu_model']} · {m['cpus_usable']} usable CPUs · torch {m['torch']} · "
-        f"engine at {r['engine_source']} · "
-        f"`benchmarks/pipeline_quality.py{' --no-ocr' if args.no_ocr else ''}` · run {r['run_s'] / 60:.1f} min "
-        + (f"(index from the cache; building it took {b['timings_s']['total build'] / 60:.1f} min)" if b["cached"]
-           else "(index built in this run)"), "",
+        f"Run {r['run_s'] / 60:.1f} min "
+        + (f"(index from the cache; building it took {b['timings_s']['total build'] / 60:.1f} min)." if b["cached"]
+           else "(index built in this run)."), "",
         f"**Corpus**: {c['documents']} of {c['documents_in_dataset']} documents (the first "
         f"{s['max_docs'] or 'all'} of samples.json), {c['pages']} of "
         f"{c['pages_in_dataset']} pages (at most {s['max_pages']} per document: every gold evidence page plus "
@@ -697,86 +743,25 @@ def render_markdown(r, args) -> list[str]:
         + (f"; OCR off: {len(c['excluded_no_text_layer'])} documents without a text layer left out" if args.no_ocr
            else "") + ").",
         "",
-        f"**Index**: {c['index'].get('segments', 0)} segments (one per page), {c['index'].get('entities', 0)} entities, "
-        f"{c['index'].get('relations', 0)} relations (the default offline extractor, no LLM), {c['index'].get('images', 0)} page "
-        f"images. Encoders: tokens `{s['encoders']['tokens']['name']}` (as quality_report.py), text "
+        f"**Index**: {n.get('segments', 0)} segments (one per page), {n.get('entities', 0)} entities, "
+        f"{n.get('relations', 0)} relations (the default offline extractor, no LLM), {n.get('images', 0)} page images. "
+        f"Encoders: tokens `{s['encoders']['tokens']['name']}` (as quality_report.py), text "
         f"`{s['encoders']['text']['name']}`, patches `{s['encoders']['patches']['name']}` (pages rendered at scale "
         f"{s['image_scale']}). MiniLM and EfficientNet share no embedding space, so E_k is ranked on the images' "
         "*text views* (here: the page text); the patches only serve queries with an image (none here).",
         "",
-        "**Evidence pages** of a pipeline result: evidence sources (segment -> page) and E_k images (`page-<n>`), "
-        "interleaved by rank (source 1, image 1, source 2, ...), repeats dropped; plain MaxSim ranks pages directly. "
-        "R@k = fraction of a question's gold pages among the first k evidence pages, averaged; *any* = some gold "
-        "page anywhere in the evidence (≤ 10 sources + ≤ 10 images). Stages: S1 gold document recalled (Kd = 10); "
-        "S4 the retrieved subgraph touches a gold page (segment/image nodes, entity provenance); S5 a gold page in "
-        "E_k; S6 a gold page among the sources.",
-        "",
-        "**Corpora**: *per-document*: every question is asked against an index of its own document only (as "
-        "quality_report.py ranks pages within the question's PDF), so stage 1 recall is 1 by construction; "
-        f"*open*: one index over all {c['documents']} documents, stage 1 must find the document.",
-        "",
-    ]
-    lines += ["**Context efficiency** (ctx@1000, ctx@2000): the share of questions with a short gold answer (Int, "
-              "Float or Str of at most 5 tokens, a single digit left out; normalised: lower case, thousands "
-              "separators and trailing .0 dropped) whose answer token sequence occurs in the first 1,000 / 2,000 "
-              "tokens of the rendered context (`Context.render()`: entities, relations, sources, images; plain page "
-              "MaxSim: the ranked pages' texts). **Cross-page**: questions with two or more gold pages.", ""]
-    lines += targets(r) + [""]
+        *DEFINITIONS, "", *targets(r), ""]
     for corpus in ("per-document", "open"):
-        lines += [f"## {corpus} corpus", "",
-                  "| variant | questions | n | R@1 | R@5 | R@10 | any | sources R@5 | E_k R@5 | S1 doc | S4 subgraph "
-                  "| S6 sources | n short | ctx@1000 | ctx@2000 |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, rows in r["table"][corpus].items():
-            for g in GROUPS:
-                row = rows[g]
-                lines.append(f"| {name} | {g} | {row['n']} | " + " | ".join(
-                    _f(row[k]) for k in ("R@1", "R@5", "R@10", "any", "src R@5", "img R@5", "S1 doc", "S4 subgraph",
-                                         "S6 sources")) + f" | {row['n short']} | {_f(row['ctx@1000'])} | "
-                    f"{_f(row['ctx@2000'])} |")
-        lines.append("")
-        names = list(r["table"][corpus])
-        lines += ["Recall@5 by evidence source (a question counts under each of its sources):", "",
-                  "| source | n | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
-        for src, row in r["by_source_R@5"][corpus].items():
-            lines.append(f"| {src} | {row['n']} | " + " | ".join(_f(row[v]) for v in names) + " |")
-        lines.append("")
-        sc = r["stage_counts"][corpus]
-        lines += ["Mean candidates per question:", "",
-                  "| variant | recalled documents | subgraph nodes | pages the subgraph touches | share at the expansion "
-                  "budget | visual candidates | E_k | sources | seconds |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, row in sc.items():
-            lines.append(f"| {name} | {row['recalled documents']:.1f} | {row['subgraph nodes']:.1f} | "
-                         f"{row['subgraph pages']:.1f} | {row['at expansion budget']:.2f} | "
-                         f"{row['visual candidates']:.1f} | {row['E_k']:.1f} | {row['sources']:.1f} | "
-                         f"{r['timing'][corpus][name]['total_s']:.1f} |")
-        lines.append("")
-    show = [n for n in (PLAIN, GRAPH, CHUNKS, MKG) if n in r["table"]["open"]]
+        lines += corpus_lines(r, corpus)
     for corpus in ("per-document", "open"):
-        rows = r["by_document_R@5"][corpus]
-        below = [d for d, row in rows.items() if row[GRAPH] < row[CHUNKS] - 1e-9]
-        lines += [f"Recall@5 per document ({corpus} corpus; each document's own questions): {GRAPH} is below "
-                  f"{CHUNKS} on {len(below)} of {len(rows)} documents" + (f" ({', '.join(below)})" if below else "")
-                  + ".", "", "| document | questions | " + " | ".join(show) + " |", "|---|---:|" + "---:|" * len(show)]
-        for d, row in rows.items():
-            lines.append(f"| {d} | {row['n']} | " + " | ".join(_f(row[n]) for n in show) + " |")
-        lines.append("")
+        lines += by_document_lines(r, corpus)
     lines += ["Questions whose Recall@5 is higher (better) or lower (worse) with the first variant, by evidence "
-              "source:", "", "| comparison | better | worse |", "|---|---|---|"]
-    for k, v in r["comparisons"].items():
-        fmt = lambda d: ", ".join(f"{s} {n}" for s, n in sorted(d.items(), key=lambda kv: (kv[0] != "all", kv[0]))) or "0"
-        lines.append(f"| {k} | {fmt(v['better'])} | {fmt(v['worse'])} |")
-    lines += ["", "## Examples (open corpus): graph+chunks vs chunks", ""]
-    for kind in ("wins", "losses"):
-        lines.append(f"**{kind}** (Recall@5 of {GRAPH} minus {CHUNKS}, largest first):")
-        lines.append("")
-        for e in r["examples"][kind]:
-            lines.append(f"* `{e['qid']}` ({e['delta']:+.2f}) {e['question']!r}; gold {e['gold']}; seeds "
-                         f"{e['seeds'][:6]}; graph+chunks top 5 {e['graph_top5']}; chunks top 5 {e['chunks_top5']}")
-        lines.append("")
-    lines += ["", "Build: " + ", ".join(f"{k} {v:.0f} s" for k, v in r["build"]["timings_s"].items())
-              + (f"; this run opened the cached index in {r['build']['load_s']:.0f} s" if r["build"]["cached"] else "")
+              "source:", "",
+              *h.table([("comparison", "comparison"), ("better", lambda x: counted(x["better"])),
+                        ("worse", lambda x: counted(x["worse"]))],
+                       [{"comparison": k, **v} for k, v in r["comparisons"].items()]), "", *example_lines(r)]
+    lines += ["", "Build: " + ", ".join(f"{k} {v:.0f} s" for k, v in b["timings_s"].items())
+              + (f"; this run opened the cached index in {b['load_s']:.0f} s" if b["cached"] else "")
               + ". Pipeline notes seen: " + "; ".join(r["notes"]) + "."]
     return lines
 
@@ -788,13 +773,15 @@ def targets(r) -> list[str]:
            "| target | measured | met |", "|---|---|---|"]
 
     def row(text, lhs, rhs, margin):
-        out.append(f"| {text} | {lhs:.3f} vs {rhs:.3f} + {margin:.2f} | {'yes' if lhs >= rhs + margin - 1e-9 else 'no'} |")
+        met = "yes" if lhs >= rhs + margin - 1e-9 else "no"
+        out.append(f"| {text} | {lhs:.3f} vs {rhs:.3f} + {margin:.2f} | {met} |")
 
     row("graph R@5 >= chunks + 0.03 (all)", o[GRAPH]["all"]["R@5"], o[CHUNKS]["all"]["R@5"], 0.03)
     row("graph R@5 >= chunks + 0.05 (cross-page)", o[GRAPH]["cross-page"]["R@5"], o[CHUNKS]["cross-page"]["R@5"], 0.05)
     if H0 in o:
         h1, h0 = o[GRAPH]["cross-page"]["R@5"], o[H0]["cross-page"]["R@5"]
-        out.append(f"| hops=1 better than hops=0 (cross-page R@5) | {h1:.3f} vs {h0:.3f} | {'yes' if h1 > h0 else 'no'} |")
+        out.append(f"| hops=1 better than hops=0 (cross-page R@5) | {h1:.3f} vs {h0:.3f} | "
+                   f"{'yes' if h1 > h0 else 'no'} |")
     g, c = p[GRAPH]["all"]["R@5"], p[CHUNKS]["all"]["R@5"]
     out.append(f"| per-document corpus: graph not below chunks (R@5, all) | {g:.3f} vs {c:.3f} | "
                f"{'yes' if g >= c else 'no'} |")
@@ -803,36 +790,25 @@ def targets(r) -> list[str]:
         below = sum(1 for row in rows.values() if row[GRAPH] < row[CHUNKS] - 1e-9)
         out.append(f"| {corpus} corpus: graph never below chunks on any document (R@5) | below on {below} of "
                    f"{len(rows)} documents | {'yes' if not below else 'no'} |")
-    row("context efficiency at 2,000 tokens >= chunks + 0.05", o[GRAPH]["all"]["ctx@2000"], o[CHUNKS]["all"]["ctx@2000"],
-        0.05)
+    row("context efficiency at 2,000 tokens >= chunks + 0.05", o[GRAPH]["all"]["ctx@2000"],
+        o[CHUNKS]["all"]["ctx@2000"], 0.05)
     return out
 
 
-def plot(r, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(15, 4.5), sharey=True)
-    names = list(r["table"]["open"])
-    x = np.arange(len(names))
-    for ax, corpus in zip(axes, ("per-document", "open")):
+def plot(r, path) -> str | None:
+    """Recall@5 (all, image-bearing, cross-page) and ctx@2000 of every variant, one panel per corpus."""
+    panels = {}
+    for corpus in ("per-document", "open"):
         t = r["table"][corpus]
-        for off, g, color in ((-0.3, "all", "#1f77b4"), (-0.1, "image-bearing", "#ff7f0e"),
-                              (0.1, "cross-page", "#2ca02c")):
-            vals = [t[n][g]["R@5"] for n in names]
-            ax.bar(x + off, vals, 0.2, label=f"R@5 {g} (n={t[names[0]][g]['n']})", color=color)
-        vals = [t[n]["all"]["ctx@2000"] for n in names]
-        ax.bar(x + 0.3, vals, 0.2, label="ctx@2000", color="#9467bd")
-        ax.set_xticks(x, [n.split(": ", 1)[1].replace(" ", "\n", 1) for n in names], fontsize=6, rotation=60)
-        ax.set_title(f"{corpus} corpus", fontsize=10)
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("Recall@5 of evidence pages / context efficiency")
-    fig.suptitle(f"MMLongBench-Doc dev: pipeline variants, {r['counts']['documents']} documents, "
-                 f"{r['counts']['pages']} pages, {r['counts']['questions']} questions", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        labels = {n: n.split(": ", 1)[1].replace(" ", "\n", 1) for n in t}
+        series = {f"R@5 {g} (n={next(iter(t.values()))[g]['n']})": {labels[n]: t[n][g]["R@5"] for n in t}
+                  for g in ("all", "image-bearing", "cross-page")}
+        series["ctx@2000"] = {labels[n]: t[n]["all"]["ctx@2000"] for n in t}
+        panels[f"{corpus} corpus"] = (list(labels.values()), series)
+    c = r["counts"]
+    return h.bar_panels(path, panels, ylabel="Recall@5 of evidence pages / context efficiency", labels=None,
+                        rotation=60, title=f"MMLongBench-Doc dev: pipeline variants, {c['documents']} documents, "
+                        f"{c['pages']} pages, {c['questions']} questions")
 
 
 if __name__ == "__main__":
