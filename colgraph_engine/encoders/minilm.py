@@ -34,6 +34,7 @@ never rank text queries against image patches with it (use a colpali-engine mode
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 
 from ._batching import batches, check_common, check_texts, pack_list
+from .deferred import Deferred, resolved
 from .base import Encoder
 
 
@@ -81,7 +83,7 @@ class MiniLMEncoder:
         self.model = AutoModel.from_pretrained(path, local_files_only=True).to(self.device).eval()
         self.max_length, self.normalize, self.sort_by_length = max_length, normalize, sort_by_length
         self.dim = int(self.model.config.hidden_size)
-        self.name = f"minilm-l6-v2-tokens{max_length}" + ("-norm" if normalize else "")
+        self.name = token_name(max_length, normalize)
 
     @torch.inference_mode()
     def _forward(self, enc: dict):
@@ -220,10 +222,7 @@ class MiniLMEncoder:
         segment pass where the item's description is a span of its segments; see
         :data:`~colgraph_engine.kg.vectors.ITEM_RULES`). The rule is part of the name (``-spans``),
         so an index records it; a question is encoded directly either way."""
-        if items not in ITEM_RULES:
-            raise ValueError(f"items: expected one of {ITEM_RULES}, got {items!r}")
-        name = f"minilm-l6-v2-pooled{self.max_length}" + ("-spans" if items == "spans" else "")
-        return Encoder(_PooledText(self, items), name, self.dim, "text")
+        return Encoder(_PooledText(self, items), text_name(self.max_length, items), self.dim, "text")
 
     def token_encoder(self) -> Encoder:
         return Encoder(_TokenText(self), self.name, self.dim, "tokens")
@@ -232,11 +231,38 @@ class MiniLMEncoder:
 ITEM_RULES = ("direct", "spans")
 
 
+def token_name(max_length: int, normalize: bool) -> str:
+    """The tokens role's name (it records the pieces read and the normalisation)."""
+    return f"minilm-l6-v2-tokens{max_length}" + ("-norm" if normalize else "")
+
+
+def text_name(max_length: int, items: str) -> str:
+    """The text role's name (it records the pieces read and the item rule)."""
+    if items not in ITEM_RULES:
+        raise ValueError(f"items: expected one of {ITEM_RULES}, got {items!r}")
+    return f"minilm-l6-v2-pooled{max_length}" + ("-spans" if items == "spans" else "")
+
+
+def deferred_encoders(minilm: Deferred, items: str = "direct", max_length: int = 256) -> tuple[Encoder, Encoder]:
+    """``(text, tokens)`` encoders of the packaged model, named and sized without loading it:
+    `minilm` (a :class:`~colgraph_engine.encoders.deferred.Deferred` of a MiniLMEncoder with
+    `max_length` and normalised tokens) is made on the first call of either."""
+    path = default_model_path()
+    config = json.loads((path / "config.json").read_text())
+    dim = int(config["hidden_size"])
+    return (Encoder(_PooledText(minilm, items), text_name(max_length, items), dim, "text"),
+            Encoder(_TokenText(minilm), token_name(max_length, True), dim, "tokens"))
+
+
 class _PooledText:
     """The text role's callable; ``minilm`` and ``items`` tell encode_document which rule applies."""
 
-    def __init__(self, minilm: MiniLMEncoder, items: str):
-        self.minilm, self.items = minilm, items
+    def __init__(self, minilm: MiniLMEncoder | Deferred, items: str):
+        self._source, self.items = minilm, items
+
+    @property
+    def minilm(self) -> MiniLMEncoder:
+        return resolved(self._source)
 
     def __call__(self, texts):
         return self.minilm.pooled(texts).float()
@@ -245,8 +271,12 @@ class _PooledText:
 class _TokenText:
     """The tokens role's callable; ``minilm`` lets encode_document pool spans from its passes."""
 
-    def __init__(self, minilm: MiniLMEncoder):
-        self.minilm = minilm
+    def __init__(self, minilm: MiniLMEncoder | Deferred):
+        self._source = minilm
+
+    @property
+    def minilm(self) -> MiniLMEncoder:
+        return resolved(self._source)
 
     def __call__(self, texts):
         return [t.float() for t in self.minilm.token_vectors(texts)]

@@ -181,11 +181,15 @@ def _timed(key: str, seconds: dict, make):
     return out
 
 
-def load(spec: EncoderSpec | str, device: str | torch.device = "cpu"):
+def load(spec: EncoderSpec | str, device: str | torch.device = "cpu", *, deferred: bool = False):
     """``(Encoders, load_seconds)``: the set's encoders with their models on `device`, and the
     seconds each model took to load (``{model: s}``; ``{}`` for hashing). Raises
     :class:`EncodersUnavailable` (one line: what is missing, how to install it) when a package
-    or the model folder is missing."""
+    or the model folder is missing.
+
+    `deferred` (``models`` only; other sets load at once): the encoders are named and sized
+    from the packages, and each model loads on its first call (``load_seconds`` fills then), so
+    a process that hands the encoding to a worker never loads them."""
 
     spec = parse_spec(spec) if isinstance(spec, str) else spec
     if not isinstance(spec, EncoderSpec):
@@ -196,6 +200,8 @@ def load(spec: EncoderSpec | str, device: str | torch.device = "cpu"):
         return Encoders.offline(), seconds
     try:
         from .minilm import MiniLMEncoder
+        if deferred and spec.kind == "models":
+            return _deferred_models(spec, device, seconds), seconds
         m = _timed("minilm-l6-v2", seconds, lambda: MiniLMEncoder(device=device))
         if spec.kind == "models":
             from .efficientnet import EfficientNetPatchEncoder
@@ -217,6 +223,18 @@ def load(spec: EncoderSpec | str, device: str | torch.device = "cpu"):
     except ImportError as exc:
         raise EncodersUnavailable(f"{spec.kind}: {exc}: {MODELS_INSTALL}") from None
     return Encoders(text=m.text_encoder(item_rule(spec)), tokens=c.token_encoder(), patches=c.patch_encoder()), seconds
+
+
+def _deferred_models(spec: EncoderSpec, device: str, seconds: dict) -> Encoders:
+    """The ``models`` set with both models made on first use (ImportError now when missing)."""
+    from .deferred import Deferred
+    from .efficientnet import EfficientNetPatchEncoder, deferred_patch_encoder
+    from .minilm import MiniLMEncoder, deferred_encoders
+
+    minilm = Deferred(lambda: _timed("minilm-l6-v2", seconds, lambda: MiniLMEncoder(device=device)))
+    effnet = Deferred(lambda: _timed("efficientnet-lite0", seconds, lambda: EfficientNetPatchEncoder(device=device)))
+    text, tokens = deferred_encoders(minilm, item_rule(spec))
+    return Encoders(text=text, tokens=tokens, patches=deferred_patch_encoder(effnet))
 
 
 def load_encoders(spec: str, device: str = "cpu", source: tuple | None = None):
