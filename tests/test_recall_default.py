@@ -99,6 +99,8 @@ def test_above_the_size_without_a_carried_prefilter_exact_with_one_hint(index, n
     _recall(index, kd=4, prefilter_min_tokens=1)  # a second view: no second warning
     hints = [r for r in caplog.records if "enable_prefilter" in r.getMessage() and "'segment'" in r.getMessage()]
     assert len(hints) == 1
+    size = why[len("exact (auto: "):why.index(" >= ")]  # the hint compares what the rule compares
+    assert f"holds {size} (>= prefilter_min_tokens" in hints[0].getMessage()
 
 
 @pytest.fixture(scope="module")

@@ -195,16 +195,17 @@ def _doc_column(view: IndexView, name: str) -> torch.Tensor:
                    lambda: torch.from_numpy(np.searchsorted(view.numbers, view.stores[name].doc)))
 
 
-def _hint(view: IndexView, name: str, why: str, tokens: int, threshold: int) -> None:
-    """Logs once per index and store that a large store is scored exactly for want of a prefilter."""
+def _hint(view: IndexView, name: str, why: str, size: str, threshold: int) -> None:
+    """Logs once per index and store that a large store is scored exactly for want of a prefilter
+    (`size`: its live tokens, scaled by d / AUTO_DIM as the auto rule compares them)."""
     seen = _HINTED.setdefault(view.index, set())
     if name in seen:
         return
     seen.add(name)
-    log.warning("colgraph_engine: store %r holds %s live tokens (>= prefilter_min_tokens %s) but %s: document "
+    log.warning("colgraph_engine: store %r holds %s (>= prefilter_min_tokens %s) but %s: document "
                 "recall scores it exactly (O(tokens) per query). Make the index carry a prefilter for sublinear "
                 "recall: `colgraph index prefilter INDEX` or KnowledgeIndex.enable_prefilter()",
-                name, f"{tokens:,}", f"{threshold:,}", why)
+                name, size, f"{threshold:,}", why)
 
 
 def _groups(view: IndexView, name: str, idx, carried: bool, col: torch.Tensor) -> np.ndarray:
@@ -236,7 +237,7 @@ def _prefilter_side(view: IndexView, name: str, store, sub_v, sub_o, cfg: Pipeli
         if idx is None:
             paths.append(f"{name}: exact (auto: {size} >= prefilter_min_tokens {least:,}, but {why}; "
                          f"no prefilter is built on the query path)")
-            _hint(view, name, why, tokens, least)
+            _hint(view, name, why, size, least)
             return False
         carried = True
         reason = f"auto: {size} >= prefilter_min_tokens {least:,}; carried by the index, nbits {idx.nbits}"
