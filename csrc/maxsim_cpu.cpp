@@ -258,7 +258,59 @@ float score_portable(const PackedQueries& pq, int64_t qi, const DocRows& doc, in
   return static_cast<float>(total);
 }
 
-enum class Path { Avx512F32, Avx512BF16, Portable };
+// AVX2 + FMA path (CPUs without AVX-512, e.g. Zen 2/3 and many Intel client cores): the portable
+// loops over the same 16-lane blocks with two 8-lane fused multiply-adds per token and two
+// document rows at a time. Per lane the sum over k runs in the same order as the portable loop;
+// only the fused rounding differs, so a machine's scores are fixed by the path it takes.
+__attribute__((target("avx2,fma"))) float score_avx2(const PackedQueries& pq, int64_t qi, const DocRows& doc,
+                                                     int64_t d) {
+  const int64_t len = pq.length[qi];
+  if (len == 0) return 0.0f;
+  if (doc.rows == 0) return kNegInf;
+  const auto* base = static_cast<const float*>(doc.base);
+  double total = 0.0;
+  alignas(32) float maxima[kLanes];
+  for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; ++blk) {
+    const float* qt = pq.f32.data() + blk * d * kLanes;
+    __m256 m0 = _mm256_set1_ps(kNegInf), m1 = m0;
+    int64_t j = 0;
+    for (; j + 2 <= doc.rows; j += 2) {
+      const float* ra = base + j * doc.stride;
+      const float* rb = ra + doc.stride;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+      for (int64_t k = 0; k < d; ++k) {
+        const __m256 q0 = _mm256_loadu_ps(qt + k * kLanes), q1 = _mm256_loadu_ps(qt + k * kLanes + 8);
+        const __m256 va = _mm256_broadcast_ss(ra + k), vb = _mm256_broadcast_ss(rb + k);
+        a0 = _mm256_fmadd_ps(q0, va, a0);
+        a1 = _mm256_fmadd_ps(q1, va, a1);
+        b0 = _mm256_fmadd_ps(q0, vb, b0);
+        b1 = _mm256_fmadd_ps(q1, vb, b1);
+      }
+      m0 = _mm256_max_ps(m0, _mm256_max_ps(a0, b0));
+      m1 = _mm256_max_ps(m1, _mm256_max_ps(a1, b1));
+    }
+    for (; j < doc.rows; ++j) {
+      const float* ra = base + j * doc.stride;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+      for (int64_t k = 0; k < d; ++k) {
+        const __m256 va = _mm256_broadcast_ss(ra + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + k * kLanes), va, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + k * kLanes + 8), va, a1);
+      }
+      m0 = _mm256_max_ps(m0, a0);
+      m1 = _mm256_max_ps(m1, a1);
+    }
+    _mm256_store_ps(maxima, m0);
+    _mm256_store_ps(maxima + 8, m1);
+    const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;
+    total += sum_lanes(maxima, std::min<int64_t>(len - first_tok, kLanes));
+  }
+  return static_cast<float>(total);
+}
+
+bool has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+enum class Path { Avx512F32, Avx512BF16, Avx2F32, Portable };
 
 // Chooses the kernel and whether documents must first be widened to fp32.
 struct Plan {
@@ -268,8 +320,8 @@ struct Plan {
 
 Plan make_plan(ElemType type, int64_t d) {
   if (type == ElemType::BF16 && d % 2 == 0 && has_avx512bf16()) return {Path::Avx512BF16, false};
-  const bool avx = has_avx512f();
-  return {avx ? Path::Avx512F32 : Path::Portable, type != ElemType::F32};
+  if (has_avx512f()) return {Path::Avx512F32, type != ElemType::F32};
+  return {has_avx2_fma() ? Path::Avx2F32 : Path::Portable, type != ElemType::F32};
 }
 
 // 16-bit rows widened to fp32, 16 elements per instruction: vcvtph2ps is exact for every
@@ -308,6 +360,7 @@ float score_one(const Plan& plan, const PackedQueries& pq, int64_t qi, const Doc
   switch (plan.path) {
     case Path::Avx512BF16: return score_avx512<true>(pq, qi, doc, d);
     case Path::Avx512F32: return score_avx512<false>(pq, qi, doc, d);
+    case Path::Avx2F32: return score_avx2(pq, qi, doc, d);
     default: return score_portable(pq, qi, doc, d);
   }
 }
@@ -396,7 +449,7 @@ void maxsim_cross_cpu(const PackedView& queries, const PackedView& docs, ElemTyp
                       int num_threads) {
   const Plan plan = make_plan(type, docs.dim);
   const int64_t nq = queries.n, nd = docs.n;
-  if (nq > 1 && plan.path != Path::Portable) {
+  if (nq > 1 && (plan.path == Path::Avx512F32 || plan.path == Path::Avx512BF16)) {  // packed blocks: AVX-512 only
     cross_packed(queries, docs, type, plan, out, num_threads);
     return;
   }
@@ -437,6 +490,7 @@ std::string cpu_kernel_isa(ElemType type) {
   switch (make_plan(type, 2).path) {
     case Path::Avx512BF16: return "avx512bf16";
     case Path::Avx512F32: return "avx512f";
+    case Path::Avx2F32: return "avx2";
     default: return "portable";
   }
 }
