@@ -260,13 +260,11 @@ def _span_minilm(encoders: Encoders):
 
 
 _HYPHENS = "-\u00ad\u2010\u2011"  # hyphen-minus, soft hyphen, hyphen, non-breaking hyphen
-_AFTER_HYPHEN = re.compile(f"([{_HYPHENS}])\\s+")
 
 
 def _comparable(text: str) -> str:
-    """`text` as :func:`_squeezed` compares it: whitespace runs as one space, none after a
-    hyphen (a line break's), hyphens dropped."""
-    return " ".join(_AFTER_HYPHEN.sub(r"\1", text).split()).translate({ord(c): None for c in _HYPHENS}).strip()
+    """`text` as :func:`_squeezed` compares it (the same rule: one place)."""
+    return _squeezed(text)[0]
 
 
 def _ends_hyphen(text: str, start: int) -> bool:
@@ -278,9 +276,10 @@ def _ends_hyphen(text: str, start: int) -> bool:
 
 
 def _squeezed(text: str) -> tuple[str, np.ndarray]:
-    """``(text as :func:`_comparable` makes it, position [len] of each of its characters in
-    text)``. Hyphens are dropped on both sides because an extractor that joins a line break's
-    hyphen ("ab-sence" in a flowed segment, "absence" in its description) must still match."""
+    """``(text with whitespace runs as one space, none after a hyphen (a line break's), hyphens
+    dropped and no ends; position [len] of each of its characters in text)``. Hyphens are
+    dropped on both sides because an extractor that joins a line break's hyphen ("ab-sence" in
+    a flowed segment, "absence" in its description) must still match."""
     flat, where = [], []
     for w in re.finditer(r"\S+", text):
         if flat and not _ends_hyphen(text, w.start()):
