@@ -262,46 +262,51 @@ float score_portable(const PackedQueries& pq, int64_t qi, const DocRows& doc, in
 // loops over the same 16-lane blocks with two 8-lane fused multiply-adds per token and two
 // document rows at a time. Per lane the sum over k runs in the same order as the portable loop;
 // only the fused rounding differs, so a machine's scores are fixed by the path it takes.
+// Lane maxima of one 16-token query block `qt` ([k][16] fp32) over one document, into maxima[16].
+__attribute__((target("avx2,fma"))) inline void block_maxima_avx2(const float* qt, const DocRows& doc, int64_t d,
+                                                                  float* maxima) {
+  const auto* base = static_cast<const float*>(doc.base);
+  __m256 m0 = _mm256_set1_ps(kNegInf), m1 = m0;
+  int64_t j = 0;
+  for (; j + 2 <= doc.rows; j += 2) {
+    const float* ra = base + j * doc.stride;
+    const float* rb = ra + doc.stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+    for (int64_t k = 0; k < d; ++k) {
+      const __m256 q0 = _mm256_loadu_ps(qt + k * kLanes), q1 = _mm256_loadu_ps(qt + k * kLanes + 8);
+      const __m256 va = _mm256_broadcast_ss(ra + k), vb = _mm256_broadcast_ss(rb + k);
+      a0 = _mm256_fmadd_ps(q0, va, a0);
+      a1 = _mm256_fmadd_ps(q1, va, a1);
+      b0 = _mm256_fmadd_ps(q0, vb, b0);
+      b1 = _mm256_fmadd_ps(q1, vb, b1);
+    }
+    m0 = _mm256_max_ps(m0, _mm256_max_ps(a0, b0));
+    m1 = _mm256_max_ps(m1, _mm256_max_ps(a1, b1));
+  }
+  for (; j < doc.rows; ++j) {
+    const float* ra = base + j * doc.stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (int64_t k = 0; k < d; ++k) {
+      const __m256 va = _mm256_broadcast_ss(ra + k);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + k * kLanes), va, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + k * kLanes + 8), va, a1);
+    }
+    m0 = _mm256_max_ps(m0, a0);
+    m1 = _mm256_max_ps(m1, a1);
+  }
+  _mm256_storeu_ps(maxima, m0);
+  _mm256_storeu_ps(maxima + 8, m1);
+}
+
 __attribute__((target("avx2,fma"))) float score_avx2(const PackedQueries& pq, int64_t qi, const DocRows& doc,
                                                      int64_t d) {
   const int64_t len = pq.length[qi];
   if (len == 0) return 0.0f;
   if (doc.rows == 0) return kNegInf;
-  const auto* base = static_cast<const float*>(doc.base);
   double total = 0.0;
   alignas(32) float maxima[kLanes];
   for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; ++blk) {
-    const float* qt = pq.f32.data() + blk * d * kLanes;
-    __m256 m0 = _mm256_set1_ps(kNegInf), m1 = m0;
-    int64_t j = 0;
-    for (; j + 2 <= doc.rows; j += 2) {
-      const float* ra = base + j * doc.stride;
-      const float* rb = ra + doc.stride;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
-      for (int64_t k = 0; k < d; ++k) {
-        const __m256 q0 = _mm256_loadu_ps(qt + k * kLanes), q1 = _mm256_loadu_ps(qt + k * kLanes + 8);
-        const __m256 va = _mm256_broadcast_ss(ra + k), vb = _mm256_broadcast_ss(rb + k);
-        a0 = _mm256_fmadd_ps(q0, va, a0);
-        a1 = _mm256_fmadd_ps(q1, va, a1);
-        b0 = _mm256_fmadd_ps(q0, vb, b0);
-        b1 = _mm256_fmadd_ps(q1, vb, b1);
-      }
-      m0 = _mm256_max_ps(m0, _mm256_max_ps(a0, b0));
-      m1 = _mm256_max_ps(m1, _mm256_max_ps(a1, b1));
-    }
-    for (; j < doc.rows; ++j) {
-      const float* ra = base + j * doc.stride;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-      for (int64_t k = 0; k < d; ++k) {
-        const __m256 va = _mm256_broadcast_ss(ra + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + k * kLanes), va, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + k * kLanes + 8), va, a1);
-      }
-      m0 = _mm256_max_ps(m0, a0);
-      m1 = _mm256_max_ps(m1, a1);
-    }
-    _mm256_store_ps(maxima, m0);
-    _mm256_store_ps(maxima + 8, m1);
+    block_maxima_avx2(pq.f32.data() + blk * d * kLanes, doc, d, maxima);
     const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;
     total += sum_lanes(maxima, std::min<int64_t>(len - first_tok, kLanes));
   }
@@ -340,6 +345,22 @@ __attribute__((target("avx512f"))) void widen_avx512(const uint16_t* src, float*
   for (; i < n; ++i) dst[i] = load_as_f32(src, i, type);
 }
 
+// The same widening on AVX2 machines with F16C (8 elements per instruction): without it the
+// AVX2 path spent as long converting a float16 store's rows as scoring them.
+__attribute__((target("avx2,f16c"))) void widen_avx2(const uint16_t* src, float* dst, int64_t n, ElemType type) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256 f = type == ElemType::F16
+                         ? _mm256_cvtph_ps(h)
+                         : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    _mm256_storeu_ps(dst + i, f);
+  }
+  for (; i < n; ++i) dst[i] = load_as_f32(src, i, type);
+}
+
+bool has_f16c() { return __builtin_cpu_supports("f16c"); }
+
 // Resolves document j to the rows a kernel reads, widening to fp32 in `scratch` when needed.
 DocRows doc_rows(const PackedView& docs, ElemType type, const Plan& plan, int64_t j,
                  std::vector<float>& scratch) {
@@ -350,6 +371,8 @@ DocRows doc_rows(const PackedView& docs, ElemType type, const Plan& plan, int64_
   scratch.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * d));
   if (plan.path == Path::Avx512F32) {
     widen_avx512(static_cast<const uint16_t*>(docs.values) + begin * d, scratch.data(), rows * d, type);
+  } else if (plan.path == Path::Avx2F32 && has_f16c()) {
+    widen_avx2(static_cast<const uint16_t*>(docs.values) + begin * d, scratch.data(), rows * d, type);
   } else {
     for (int64_t i = 0; i < rows * d; ++i) scratch[i] = load_as_f32(docs.values, begin * d + i, type);
   }
@@ -372,7 +395,7 @@ namespace {
 // Several queries against every document, their tokens packed back to back into shared
 // 16-lane blocks (a 12-token query no longer leaves 4 lanes idle, and most blocks run in the
 // two-block kernel). Each query then sums its own tokens' maxima in the chunks and order
-// score_avx512 uses (32 tokens from the query's first token; sum_lanes per chunk, chunks added
+// the one-query kernel uses (32 tokens from the query's first token on AVX-512, 16 on AVX2; sum_lanes per chunk, chunks added
 // in double), so every score is bit-identical to scoring the query alone.
 // Lane maxima of every block of one packed query (all queries' tokens back to back) over a
 // chunk of documents: maxima[(k * blocks + b) * 16 + l] for document k of the chunk. The pair
@@ -394,6 +417,15 @@ __attribute__((target("avx512f"))) void chunk_maxima(const PackedQueries& pq, co
   }
 }
 
+// The AVX2 counterpart: one block at a time (16 lanes), the block outermost for the same reason.
+__attribute__((target("avx2,fma"))) void chunk_maxima_avx2(const PackedQueries& pq, const std::vector<DocRows>& rows,
+                                                           int64_t d, float* maxima) {
+  const int64_t blocks = pq.block_start[1], n = static_cast<int64_t>(rows.size());
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    for (int64_t k = 0; k < n; ++k)
+      if (rows[k].rows != 0) block_maxima_avx2(pq.f32.data() + blk * d * kLanes, rows[k], d, maxima + (k * blocks + blk) * kLanes);
+}
+
 void cross_packed(const PackedView& queries, const PackedView& docs, ElemType type, const Plan& plan,
                   float* out, int num_threads) {
   const int64_t nq = queries.n, nd = docs.n;
@@ -401,6 +433,7 @@ void cross_packed(const PackedView& queries, const PackedView& docs, ElemType ty
   const PackedView all{queries.values, all_offsets, 1, queries.dim};
   const PackedQueries pq = pack_queries(all, type, plan.path == Path::Avx512BF16);
   const int64_t blocks = pq.block_start[1];
+  const int64_t sum_chunk = plan.path == Path::Avx2F32 ? kLanes : 2 * kLanes;
   // Documents go in chunks of about 256 KiB of rows: a pair of query blocks stays in L1 while it
   // meets every document of the chunk, and the chunk stays in L2 while all pairs meet it (with
   // one document at a time, a large batch streamed all query blocks from L3 for every document).
@@ -421,6 +454,8 @@ void cross_packed(const PackedView& queries, const PackedView& docs, ElemType ty
     scratch.maxima.resize(static_cast<size_t>(n * blocks * kLanes));
     if (plan.path == Path::Avx512BF16)
       chunk_maxima<true>(pq, rows, docs.dim, scratch.maxima.data());
+    else if (plan.path == Path::Avx2F32)
+      chunk_maxima_avx2(pq, rows, docs.dim, scratch.maxima.data());
     else
       chunk_maxima<false>(pq, rows, docs.dim, scratch.maxima.data());
     for (int64_t k = 0; k < n; ++k) {
@@ -433,9 +468,9 @@ void cross_packed(const PackedView& queries, const PackedView& docs, ElemType ty
         } else if (rows[k].rows == 0) {
           out[i * nd + j] = kNegInf;
         } else {
-          double sum = 0.0;
-          for (int64_t t = 0; t < len; t += 2 * kLanes)
-            sum += sum_lanes(maxima + first + t, std::min<int64_t>(len - t, 2 * kLanes));
+          double sum = 0.0;  // in the chunks the path's one-query kernel sums (32 tokens on AVX-512, 16 on AVX2)
+          for (int64_t t = 0; t < len; t += sum_chunk)
+            sum += sum_lanes(maxima + first + t, std::min<int64_t>(len - t, sum_chunk));
           out[i * nd + j] = static_cast<float>(sum);
         }
       }
@@ -449,7 +484,7 @@ void maxsim_cross_cpu(const PackedView& queries, const PackedView& docs, ElemTyp
                       int num_threads) {
   const Plan plan = make_plan(type, docs.dim);
   const int64_t nq = queries.n, nd = docs.n;
-  if (nq > 1 && (plan.path == Path::Avx512F32 || plan.path == Path::Avx512BF16)) {  // packed blocks: AVX-512 only
+  if (nq > 1 && plan.path != Path::Portable) {  // packed blocks: the SIMD paths
     cross_packed(queries, docs, type, plan, out, num_threads);
     return;
   }
