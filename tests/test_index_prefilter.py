@@ -286,7 +286,7 @@ def test_a_prefilter_that_disagrees_with_its_store_is_refused_or_repaired(tmp_pa
     (dict(min_tokens=0), ValueError, "min_tokens"), (dict(rebuild_drift=0.0), ValueError, "rebuild_drift"),
     (dict(rebuild_drift=float("nan")), ValueError, "rebuild_drift")])
 def test_bad_settings_raise_naming_the_argument_and_change_nothing(tmp_path, kwargs, err, name):
-    idx = KnowledgeIndex.create(tmp_path / "ix", ENC)
+    idx = KnowledgeIndex.create(tmp_path / "ix", ENC, prefilters=False)
     idx.add_documents([city_doc(i) for i in range(3)])
     before = (tmp_path / "ix" / "manifest.json").read_bytes()
     with pytest.raises(err, match=name):
@@ -297,7 +297,7 @@ def test_bad_settings_raise_naming_the_argument_and_change_nothing(tmp_path, kwa
 
 
 def test_indexes_without_a_prefilter_open_as_before_and_old_formats_upgrade(tmp_path):
-    idx = KnowledgeIndex.create(tmp_path / "plain", ENC)
+    idx = KnowledgeIndex.create(tmp_path / "plain", ENC, prefilters=False)
     idx.add_documents(small_docs())
     assert "prefilter" not in json.loads((tmp_path / "plain" / "manifest.json").read_text())
     back = KnowledgeIndex.open(tmp_path / "plain", ENC)
@@ -371,7 +371,7 @@ def test_index_info_shows_the_carried_prefilter(tmp_path, capsys):
     assert cli_index.main(["index", "info", str(tmp_path / "ix"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["prefilter"]["stores"]["segment"]["items"] == 12
-    plain = KnowledgeIndex.create(tmp_path / "plain", ENC)
+    plain = KnowledgeIndex.create(tmp_path / "plain", ENC, prefilters=False)
     plain.add_documents([city_doc(0)])
     cli_index.main(["index", "info", str(tmp_path / "plain")])
     assert "prefilter: none carried" in capsys.readouterr().out
@@ -393,3 +393,34 @@ def test_index_prefilter_command_enables_refuses_bad_settings_and_stops(tmp_path
     assert cli_index.main(["index", "prefilter", str(tmp_path / "ix"), "--off"]) == 0
     assert "prefilter: none carried" in capsys.readouterr().out
     assert KnowledgeIndex.open(tmp_path / "ix").prefilter_info() is None
+
+
+def test_a_new_directory_index_carries_deferred_prefilters_that_its_growth_builds(tmp_path, monkeypatch):
+    # the auto rule's size, scaled down so a dozen city documents cross it (the rule itself is unchanged)
+    monkeypatch.setattr(pf_module, "AUTO_MIN_TOKENS", 16)
+    monkeypatch.setattr(pf_module, "DEFAULT_MIN_TOKENS", 1)
+    idx = KnowledgeIndex.create(tmp_path / "ix", ENC)
+    info = KnowledgeIndex.open(tmp_path / "ix", ENC).prefilter_info()  # recorded by the creating commit
+    assert info["min_tokens"] == pf_module.auto_min_tokens(idx.dims) == 16 * 128 // idx.dims["segment"]
+    assert set(info["stores"]) == {"segment", "table", "image"} & set(idx.dims)
+    assert all(s["state"] == "deferred" for s in info["stores"].values())
+    assert idx.prefilter_info()["stores"]["segment"]["last_change"].startswith("deferred (0 tokens")
+    idx.add_documents([city_doc(0)])  # one segment of fewer tokens: still deferred
+    assert 0 < len(idx.stores["segment"].values) < info["min_tokens"]
+    assert idx.prefilter("segment") is None
+    idx.add_documents([city_doc(i) for i in range(1, 12)])
+    back = KnowledgeIndex.open(tmp_path / "ix", ENC)
+    pf = back.prefilter("segment")
+    assert pf is not None and pf.snapshot().n_live == len(back.stores["segment"])
+    r = Pipeline(back, ENC, PipelineConfig(kd=3, prefilter_min_tokens=16)).retrieve("Which river flows past Basel?")
+    assert r.counts["recall"]["paths"]["segment"].startswith("prefilter (auto: ")
+    exact = Pipeline(back, ENC, PipelineConfig(kd=3, recall_ranker="maxsim")).retrieve("Which river flows past Basel?")
+    assert r.documents == exact.documents
+
+
+def test_create_without_prefilters_and_a_bad_flag(tmp_path):
+    assert KnowledgeIndex.create(tmp_path / "plain", ENC, prefilters=False).prefilter_info() is None
+    assert KnowledgeIndex.open(tmp_path / "plain", ENC).prefilter_info() is None
+    with pytest.raises(TypeError, match="prefilters: expected a bool"):
+        KnowledgeIndex.create(tmp_path / "bad", ENC, prefilters="yes")
+    assert not (tmp_path / "bad").exists()

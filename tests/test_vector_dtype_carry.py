@@ -101,8 +101,8 @@ def _writer(path, enc):
 
 def test_service_writer_makes_an_index_carry_prefilters_before_its_first_change(tmp_path, enc):
     path = tmp_path / "ix"
-    KnowledgeIndex.create(path, enc).add_documents(_docs(3))
-    assert KnowledgeIndex.open(path, enc).prefilter_info() is None  # the Python API carries none
+    KnowledgeIndex.create(path, enc, prefilters=False).add_documents(_docs(3))
+    assert KnowledgeIndex.open(path, enc).prefilter_info() is None  # asked to carry none
     generation = json.loads((path / "manifest.json").read_text())["generation"]
     state, writer = _writer(path, enc)
     try:
@@ -122,7 +122,7 @@ def test_service_writer_makes_an_index_carry_prefilters_before_its_first_change(
 
 def test_deferred_commit_builds_a_large_store_s_prefilter_in_the_next_change(tmp_path, enc):
     path = tmp_path / "ix"
-    ix = KnowledgeIndex.create(path, enc)
+    ix = KnowledgeIndex.create(path, enc, prefilters=False)
     ix.add_documents(_docs(3))
     events = ix.enable_prefilter(min_tokens=1, commit=False)
     assert set(events.values()) == {"carried from the next commit"}

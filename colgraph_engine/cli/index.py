@@ -43,7 +43,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..pipeline.recall import carry_default_prefilters as carry_prefilters
 from .common import disk_full_message, is_disk_full
 from .ingest_options import _clients, _hooks, _limits, file_worker, isolation_options
 
@@ -171,10 +170,10 @@ def _build(args) -> int:
         if not args.json:
             print(f"encoders: {describe_spec(spec)}: {_names(enc.describe())}")
         import torch
-        index = KnowledgeIndex.create(args.out, enc, overwrite=args.overwrite, dtype=getattr(torch, args.dtype))
-        if args.prefilter:
-            carry_prefilters(index)
-        else:
+        # a new index carries the recall stores' deferred prefilters from its first commit
+        index = KnowledgeIndex.create(args.out, enc, overwrite=args.overwrite, dtype=getattr(torch, args.dtype),
+                                      prefilters=args.prefilter)
+        if not args.prefilter:
             index.disable_prefilter()  # recorded: the service's writer does not turn them on
     return _ingest_and_report(index, [args.dir], args, args.out)
 

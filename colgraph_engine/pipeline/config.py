@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+from ..kg.index.prefilters import AUTO_MIN_TOKENS
+
 RECALL_SIDES = ("text", "image", "fused")
 RECALL_RANKERS = ("auto", "maxsim", "pooled", "prefilter")
 PREFILTER_MODES = ("auto", "prefilter")
@@ -156,7 +158,7 @@ class PipelineConfig:
     recall_side: str = "fused"
     recall_ranker: str = "auto"
     prefilter_mode: str = "auto"
-    prefilter_min_tokens: int = 1 << 18
+    prefilter_min_tokens: int = AUTO_MIN_TOKENS
     prefilter_budget: str = "adaptive"
     prefilter_nbits: int = 2
     prefilter_units: int = 64

@@ -51,12 +51,13 @@ import numpy as np
 import torch
 
 from ..kg.index import UID_SHIFT
+from ..kg.index import prefilters as _auto_prefilters
 from .config import PipelineConfig
 from .scoring import score_all, score_pairs, select_queries
 from .view import IndexView
 
 TEXT_STORES = ("segment", "table")
-AUTO_DIM = 128  # prefilter_min_tokens counts tokens of this dimension (a store of dimension d: tokens x d / 128)
+AUTO_DIM = _auto_prefilters.AUTO_DIM  # prefilter_min_tokens counts tokens of this dimension (a store of dimension d: tokens x d / 128)
 UNIT_CHUNK = 8192  # store items scored per call: bounds recall's scratch at [Nq, 8192] float32
 IMAGE_STORES = ("image",)
 
@@ -411,14 +412,12 @@ def recall_documents(view: IndexView, text_q, image_q, has_image: np.ndarray, cf
 
 
 def carry_default_prefilters(index, *, commit: bool = True) -> dict[str, str]:
-    """Makes a new index carry the recall stores' prefilters, each deferred until its store is
-    large enough for the default ``recall_ranker="auto"`` to use it (``prefilter_min_tokens``
-    tokens of d = 128, scaled by the largest store dimension): a small index never pays a
-    k-means, a large one has its prefilter built and kept up to date by its commits. What
-    ``colgraph index build`` and the service's writer both do to a new index (`commit`: False
-    leaves the settings to the caller's next commit)."""
+    """Makes an index carry the recall stores' prefilters, each deferred until its store is
+    large enough for the default ``recall_ranker="auto"`` to use it
+    (:func:`~colgraph_engine.kg.index.prefilters.auto_min_tokens`), as
+    :meth:`KnowledgeIndex.create <colgraph_engine.kg.KnowledgeIndex.create>` does for a new one:
+    what ``colgraph index build`` and the service's writer do to an index that carries none
+    (`commit`: False leaves the settings to the caller's next commit)."""
     from ..kg.index import prefilters
 
-    widest = max((d for s, d in index.dims.items() if s in prefilters.DEFAULT_STORES), default=AUTO_DIM)
-    min_tokens = max(prefilters.DEFAULT_MIN_TOKENS, PipelineConfig().prefilter_min_tokens * AUTO_DIM // widest)
-    return index.enable_prefilter(min_tokens=min_tokens, commit=commit)
+    return index.enable_prefilter(min_tokens=prefilters.auto_min_tokens(index.dims), commit=commit)

@@ -422,8 +422,8 @@ class IndexWriter:
 
 
 def carry_prefilters(index) -> dict[str, str]:
-    """Before the writer's first change to an index that carries no prefilters (made through the
-    Python API, or by a version before ``colgraph index build`` carried them), makes it carry the
+    """Before the writer's first change to an index that carries no prefilters (created with
+    ``prefilters=False``, or by a version before new indexes carried them), makes it carry the
     recall stores' prefilters as ``colgraph index build`` does (:func:`colgraph_engine.pipeline.recall.
     carry_default_prefilters`: deferred below the size where the default ``recall_ranker="auto"`` uses
     them, then built and maintained by the commits), committed by the change itself

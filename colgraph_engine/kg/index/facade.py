@@ -105,10 +105,20 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
     @classmethod
     def create(cls, path: str | os.PathLike, encoders: Encoders | None = None, *,
                dtype: torch.dtype = torch.float32, dims: dict[str, int] | None = None,
-               overwrite: bool = False) -> KnowledgeIndex:
+               overwrite: bool = False, prefilters: bool = True) -> KnowledgeIndex:
         """A new, empty index committed to directory `path` (which must not hold one, unless
-        `overwrite`)."""
+        `overwrite`).
+
+        `prefilters` (default True): the index carries the recall stores' centroid prefilters
+        from its first commit (:meth:`enable_prefilter` with ``min_tokens`` =
+        :func:`~colgraph_engine.kg.index.prefilters.auto_min_tokens`): each is deferred until its
+        store is as large as the one where the default ``recall_ranker="auto"`` reads it, then
+        built by that commit and kept up to date by the later ones, so an index that grows large
+        is searched sublinearly with no step of the user's. False: none (exact recall only,
+        unless :meth:`enable_prefilter` is called later)."""
         path = _as_dir(path)
+        if not isinstance(prefilters, bool):
+            raise TypeError(f"prefilters: expected a bool, got {type(prefilters).__name__}")
         _check_new_folder(path, overwrite)
         index = cls(encoders, dtype=dtype, dims=dims)
         if overwrite and path.exists():
@@ -116,8 +126,13 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
+        if prefilters:  # settings only (every store is empty): the creating commit records them
+            index.enable_prefilter(min_tokens=_pf.auto_min_tokens(index.dims), commit=False)
         with index._writer(check_generation=False):
             index._commit({}, vectors=index._new_vector_files({s: None for s in index.dims}))
+        if prefilters:
+            index._pf_events = {s: f"deferred (0 tokens < min_tokens {index._pf_settings.min_tokens})"
+                                for s in index._pf_settings.stores}
         return index
 
     @classmethod

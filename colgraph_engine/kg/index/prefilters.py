@@ -94,6 +94,8 @@ from . import prefilter_pieces as _pieces
 DEFAULT_STORES = ("segment", "table", "image")  # the recall stores: text side, then image side
 DEFAULT_MIN_TOKENS = 4096
 DEFAULT_REBUILD_DRIFT = 1.5
+AUTO_MIN_TOKENS = 1 << 18  # where recall_ranker="auto" turns to a carried prefilter (PipelineConfig.prefilter_min_tokens)
+AUTO_DIM = 128  # AUTO_MIN_TOKENS counts tokens of this dimension: a store of dimension d counts tokens x d / 128
 DRIFT_MIN_ADDED = 0.1  # drift is judged once the added tokens reach this fraction of the built ones
 GROWTH_REBUILD = 2  # rebuilt once PLAID's centroid count for the live tokens is this many times the built count
 NBITS = (1, 2, 4)
@@ -108,6 +110,16 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 log = logging.getLogger("colgraph_engine")
 FormatError = _arraydir.FormatError
+
+
+def auto_min_tokens(dims: dict[str, int]) -> int:
+    """``min_tokens`` for a new index's deferred prefilters: the live token count at which the
+    default ``recall_ranker="auto"`` starts to read them (:data:`AUTO_MIN_TOKENS` tokens of
+    d = :data:`AUTO_DIM`, scaled by the widest recall store), never below
+    :data:`DEFAULT_MIN_TOKENS`. A small index so never pays a k-means; a large one has its
+    prefilters built by the commit that makes it large and kept up to date by later commits."""
+    widest = max((d for s, d in dims.items() if s in DEFAULT_STORES), default=AUTO_DIM)
+    return max(DEFAULT_MIN_TOKENS, AUTO_MIN_TOKENS * AUTO_DIM // widest)
 
 
 @dataclass(frozen=True)
