@@ -86,10 +86,14 @@ TITLE = "LightRAG side by side: our pipeline vs LightRAG 1.5.7 (same corpus, sam
 LIGHTRAG_ROWS = (("lightrag-local", "local", "question"), ("lightrag-hybrid", "hybrid", "question"),
                  ("lightrag-mix", "mix", "question"), ("lightrag-hybrid-names", "hybrid", "names"))
 # Our rows: (name, index: "plain" or "prefilter" (a copy carrying enable_prefilter()), config changes).
-# "ours-default-pf" (PipelineConfig() over the prefilter-carrying copy) joins only when the
-# default recall ranker is not the exact "maxsim" (it would repeat "ours" otherwise).
-OUR_ROWS = (("ours", "plain", {}), ("ours-prefilter", "prefilter", {"recall_ranker": "prefilter"}),
-            ("ours-default-pf", "prefilter", {}))
+# `ours`: PipelineConfig() on the index as KnowledgeIndex.create makes it (deferred prefilters its
+# commits build once the segment store is large); `ours-exact`: the exhaustive exact path
+# (recall_ranker="maxsim") on the same index, the reference for recall of the exact top-Kd. The
+# prefilter-copy rows (enable_prefilter on a copy) are still defined for indexes made before
+# new indexes carried prefilters; none of today's rows uses one.
+OUR_ROWS = (("ours", "plain", {}), ("ours-exact", "plain", {"recall_ranker": "maxsim"}))
+COPY_ROWS = (("ours-prefilter", "prefilter", {"recall_ranker": "prefilter"}),
+             ("ours-default-pf", "prefilter", {}))  # the last: PipelineConfig() on the copy (older reports)
 REFERENCE = "lightrag-local"   # the row the speed ratios and targets are taken against
 HIT_REFERENCE = "lightrag-hybrid"
 
@@ -519,7 +523,7 @@ def ingest_ours(n: int, folder: pathlib.Path, args, measured: list[dict]) -> dic
         return ours
     ours.update(disk=folder_bytes(folder / "ours"), status="ok")
     measured.append({"documents": n, **ours["ingest"]})
-    if not args.no_prefilter:
+    if not args.no_prefilter and any(which == "prefilter" for _, which, _ in our_rows()):
         try:
             tqdm.write(f"== {n:,} documents: our prefilter (copy + enable_prefilter)")
             ours["prefilter"] = _job(args, folder, f"ours prefilter {n:,}", _ours(
@@ -596,7 +600,7 @@ def serve_rows(n: int, folder: pathlib.Path, size: dict, args, lr_py: pathlib.Pa
         time_rows(sides, json.loads((folder / "questions.json").read_text()), args)
         for name, w in workers.items():
             serving[name]["after_queries"] = w.call({"op": "mem"})
-        size.update(serving=serving, rows={s.name: s.summary() for s in sides})
+        size.update(serving=serving, rows={s.name: s.summary() for s in sides}, exact_topkd=exact_topkd_recall(sides))
     except WorkerError as exc:
         size["serve_error"] = str(exc)
         tqdm.write(f"serving failed: {exc}")
@@ -628,13 +632,23 @@ def run_size(n: int, args, encoders, lr_py: pathlib.Path, base: dict, measured_o
 
 
 def our_rows() -> list[tuple[str, str, dict]]:
-    from colgraph_engine.pipeline import PipelineConfig
-    default = PipelineConfig().recall_ranker
-    return [r for r in OUR_ROWS if r[0] != "ours-default-pf" or default != "maxsim"]
+    return list(OUR_ROWS)
 
 
 def _index_of(row: str) -> str:
-    return next((w for name, w, _ in OUR_ROWS if name == row), "plain")
+    return next((w for name, w, _ in OUR_ROWS + COPY_ROWS if name == row), "plain")
+
+
+def exact_topkd_recall(sides: list[Side]) -> dict | None:
+    """Recall of the exact top-Kd documents: per question, the share of ``ours-exact``'s recalled
+    documents (exhaustive MaxSim) that ``ours`` (the default path) recalled too; mean and worst."""
+    by = {s.name: {q["q"]: r["recall_docs"] for q, r in s.answers} for s in sides if s.kind == "ours"}
+    got, exact = by.get("ours"), by.get("ours-exact")
+    if not got or not exact:
+        return None
+    shares = [len(set(got[q]) & set(docs)) / len(docs) for q, docs in exact.items() if q in got and docs]
+    return {"questions": len(shares), "mean": statistics.fmean(shares), "min": min(shares),
+            "all_equal": sum(got[q] == exact[q] for q in exact if q in got)}
 
 
 def ratios(r: dict) -> dict:
@@ -697,8 +711,8 @@ HANDICAPS_LIGHTRAG = [
 ]
 HANDICAPS_OURS = [
     "Our pipeline does more per query: late interaction of the question's token vectors with the segments' "
-    "tokens for recall (exact MaxSim over every segment in the `ours` row when the index carries no "
-    "prefilter; a prefilter shortlist scored exactly in the prefilter rows), seeds, one filtered hop, G* "
+    "tokens for recall (exact MaxSim over every segment in `ours-exact`, and in `ours` while the segment store "
+    "is below prefilter_min_tokens; above it a prefilter shortlist scored exactly), seeds, one filtered hop, G* "
     "expansion, evidence ranking by MaxSim and a four-section context; LightRAG does up to three flat "
     "single-vector searches and graph look-ups.",
     "Our latency excludes query encoding (the hashing encoder, about 0.2 ms) as pipeline_report.py does; "
@@ -761,6 +775,11 @@ def findings(rep: dict) -> list[str]:
     for s in rep["sizes"]:
         n, rows = s["documents"], s.get("rows") or {}
         lr = rows.get(REFERENCE)
+        if s.get("exact_topkd"):
+            e = s["exact_topkd"]
+            out.append(f"{n:,} documents: the default path (ours) recalled {e['mean']:.3f} of the exact top-Kd documents "
+                       f"(ours-exact, exhaustive MaxSim) on average over {e['questions']} questions, {e['min']:.2f} at "
+                       f"worst; the same ranked list for {e['all_equal']} of them.")
         for name, x in [(k, v) for k, v in rows.items() if k.startswith("ours") and v.get("batch_qps")]:
             single_qps = 1e3 / x["mean_ms"]
             out.append(f"{n:,} documents, {name}: batches of {x['batch_size']} serve {x['batch_qps']:.1f} QPS, "
@@ -807,7 +826,8 @@ def targets(rep: dict) -> list[dict]:
 
 def _row_names(rep: dict) -> list[str]:
     """Our rows measured at some size (["ours"] when none was)."""
-    return [name for name, _, _ in OUR_ROWS if any(name in (s.get("rows") or {}) for s in rep["sizes"])] or ["ours"]
+    known = [name for name, _, _ in OUR_ROWS + COPY_ROWS]
+    return [name for name in known if any(name in (s.get("rows") or {}) for s in rep["sizes"])] or ["ours"]
 
 
 def _index_row(n: int, name: str, ingest_s: float, parts: str, embed_s, hwm, disk: dict, serving) -> dict:
@@ -876,9 +896,14 @@ def intro(rep: dict, names: list[str]) -> list[str]:
         f"{m['memory_total_bytes'] / 2**30:.0f} GiB memory, {m['cpus_usable']} usable CPUs (shared with other jobs) · "
         "LightRAG venv: " + ", ".join(f"{k} {v}" for k, v in m["lightrag_venv"].items())
         + f" · {rep['total_s'] / 60:.1f} min. Settings: {json.dumps(rep['settings'])}", "",
-        f"Our rows: `ours` = `PipelineConfig()` (recall_ranker = `{rep['our_config'].get('recall_ranker')}`), "
-        "`ours-prefilter` = the same with `recall_ranker=\"prefilter\"` on a copy of the index that carries a "
-        "prefilter (`KnowledgeIndex.enable_prefilter()`; its build time is added to that row's ingest)"
+        f"Our rows: `ours` = `PipelineConfig()` (recall_ranker = `{rep['our_config'].get('recall_ranker')}`)"
+        + (" on the index as `KnowledgeIndex.create` makes it (it carries the recall stores' prefilters, deferred "
+           "until a store is large, then built by its commits inside the timed ingest)" if "ours-exact" in names else "")
+        + (", `ours-exact` = the same index with `recall_ranker=\"maxsim\"` (exhaustive exact MaxSim)"
+           if "ours-exact" in names else "")
+        + (", `ours-prefilter` = `recall_ranker=\"prefilter\"` on a copy of the index that carries a "
+           "prefilter (`KnowledgeIndex.enable_prefilter()`; its build time is added to that row's ingest)"
+           if "ours-prefilter" in names else "")
         + (", `ours-default-pf` = `PipelineConfig()` on that copy" if "ours-default-pf" in names else "") + ". "
         f"Speed ratios are taken against `{REFERENCE}`, the hit rate against `{HIT_REFERENCE}` too.", "",
         "See the docstring of `benchmarks/lightrag_peer.py` for the protocol (corpus, vectors, alternating "
@@ -966,7 +991,8 @@ def plot(rep: dict, path: pathlib.Path) -> str | None:
     m = rep.get("env") or rep["machine"]
     names = list(dict.fromkeys(k for s in rep["sizes"] for k in s.get("rows") or {}))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    styles = {"ours": ("C0", "o-"), "ours-prefilter": ("C0", "s--"), "ours-default-pf": ("C9", "D-.")}
+    styles = {"ours": ("C0", "o-"), "ours-exact": ("C0", "s--"), "ours-prefilter": ("C0", "s--"),
+              "ours-default-pf": ("C9", "D-.")}
     for j, name in enumerate(names):
         sizes = [s for s in rep["sizes"] if name in (s.get("rows") or {})]
         color, style = styles.get(name, (f"C{j + 1}", "^-" if "local" in name else "v:"))
