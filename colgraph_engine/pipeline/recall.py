@@ -416,8 +416,6 @@ def carry_default_prefilters(index, *, commit: bool = True) -> dict[str, str]:
     large enough for the default ``recall_ranker="auto"`` to use it
     (:func:`~colgraph_engine.kg.index.prefilters.auto_min_tokens`), as
     :meth:`KnowledgeIndex.create <colgraph_engine.kg.KnowledgeIndex.create>` does for a new one:
-    what ``colgraph index build`` and the service's writer do to an index that carries none
-    (`commit`: False leaves the settings to the caller's next commit)."""
-    from ..kg.index import prefilters
-
-    return index.enable_prefilter(min_tokens=prefilters.auto_min_tokens(index.dims), commit=commit)
+    what the service's writer does to an index that carries none (`commit`: False leaves the
+    settings to the caller's next commit)."""
+    return index.enable_prefilter(min_tokens=_auto_prefilters.auto_min_tokens(index.dims), commit=commit)
