@@ -11,7 +11,10 @@
 #include "maxsim_cpu.hpp"
 
 namespace py = pybind11;
-namespace colgraph { void bind_graph(py::module_& m); }
+namespace colgraph {
+void bind_graph(py::module_& m);
+void bind_centroid_scores(py::module_& m);
+}  // namespace colgraph
 using colgraph::ElemType;
 using colgraph::PackedView;
 
@@ -111,6 +114,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("num_threads"),
         "Writes one MaxSim score per (query, candidate) pair listed in CSR form.");
   colgraph::bind_graph(m);
+  colgraph::bind_centroid_scores(m);
 #ifdef COLGRAPH_IGRAPH_VERSION
   m.attr("IGRAPH_BUILD_VERSION") = COLGRAPH_IGRAPH_VERSION;
 #endif

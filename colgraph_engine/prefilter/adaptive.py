@@ -40,8 +40,9 @@ idea applied to the exact stage):
 
 Every item returned was scored exactly, so a caller ranking groups by their best item keeps
 exact scores; the budget controls only which items reach the exact stage. The stages run on the
-CPU with numpy (a prefilter on another device is copied to the CPU once per state); the exact
-stage runs wherever the caller's vectors are. Nothing per query is sized by the corpus except
+CPU with numpy, the full centroid scores in the native module where it is built (a prefilter on
+another device is copied to the CPU once per state); the exact stage runs wherever the caller's
+vectors are, one call per round for a whole batch (:func:`search`). Nothing per query is sized by the corpus except
 the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule): candidates come from the inverted
 lists of the probed centroids.
 
@@ -70,6 +71,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import _native
 from .layout import IndexState
 
 
@@ -123,7 +125,7 @@ class _Host:
         cpu = lambda t: t.detach().cpu().numpy()  # noqa: E731
         self.centroids = state.centroids.detach().float().cpu()
         self.ivf_offsets, self.ivf_docs = cpu(state.ivf_offsets), cpu(state.ivf_docs).astype(np.int64)
-        self.cells_offsets, self.cells = cpu(state.cells_offsets), cpu(state.cells).astype(np.int64)
+        self.cells_offsets, self.cells = cpu(state.cells_offsets).astype(np.int64), cpu(state.cells).astype(np.int64)
         self.alive, self.ids = cpu(state.alive), cpu(state.ids)
         self.live = np.flatnonzero(self.alive)
 
@@ -151,7 +153,19 @@ def _csr_rows(offsets: np.ndarray, which: np.ndarray) -> tuple[np.ndarray, np.nd
 def full_scores(h: _Host, st: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``[n]`` float32 full centroid scores ``Σ_i max_{c in cells(x)} S[i, c]`` of positions
     `pos`; `st`: the query's ``S`` transposed, ``[C, L]`` C-contiguous (one row gather per
-    (item, centroid) pair). An item without centroids (no tokens) scores ``-inf``."""
+    (item, centroid) pair). An item without centroids (no tokens) scores ``-inf``. Native
+    (csrc/centroid_scores.cpp) where the module has it, else :func:`full_scores_numpy`: the
+    same bits either way (it repeats numpy's pairwise summation over the L tokens)."""
+    if pos.size == 0:
+        return np.zeros(0, np.float32)
+    native = getattr(_native.core, "full_centroid_scores", None)  # None: no native module (or one built before it)
+    if native is not None:  # without numpy's [E, L] gather
+        return native(st, h.cells_offsets, h.cells, pos.astype(np.int64, copy=False))
+    return full_scores_numpy(h, st, pos)
+
+
+def full_scores_numpy(h: _Host, st: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """:func:`full_scores` in numpy (the fallback without the native module)."""
     if pos.size == 0:
         return np.zeros(0, np.float32)
     lens = h.cells_offsets[pos + 1] - h.cells_offsets[pos]
@@ -188,18 +202,28 @@ def _kth_group(groups: np.ndarray, scores: np.ndarray, k: int) -> tuple[float, i
     return float(np.partition(best, best.size - k)[best.size - k]), int(best.size)
 
 
+PAIRS_PER_CALL = 1 << 20  # pairs handed to the exact stage in one call (bounds its scratch; ours)
+
+
 def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k: int, groups: np.ndarray | None,
            rescore, budget: Budget = DEFAULT) -> GroupResult:
     """The adaptive search (module docstring) for packed ``queries [Tq, d]`` / ``q_offsets [Nq+1]``
     (float32 on the CPU, normalised as the index expects).
 
+    The queries of a batch advance in lockstep: each round, every query that still has items to
+    score hands them over, and all of them go to the exact stage in one call (at most
+    :data:`PAIRS_PER_CALL` pairs, whole queries), so a batch pays the exact stage's fixed cost once
+    per round rather than once per query and round. What each query scores, and so its result,
+    is the same as searching it alone.
+
     Args:
         k: groups wanted per query (at most the groups with live items).
         groups: ``[N]`` int64 group of every position (the document of each item); None: each
             item is its own group.
-        rescore: ``fn(qv [L, d], qo [2], pair_q [M], pair_ids [M]) -> [M]`` exact scores of one
-            query against external ids (the caller's exact stage, as :meth:`PrefilterIndex.search`'s
-            `rescore`).
+        rescore: ``fn(qv [Tq, d], qo [Nq+1], pair_q [M], pair_ids [M]) -> [M]`` exact scores of
+            pairs (query number into `queries`, external id), pairs sorted by query (the caller's
+            exact stage, as :meth:`PrefilterIndex.search`'s `rescore`); called with the whole
+            batch's `queries` and `q_offsets` every time.
     """
     h = _host(state)
     if groups is None:
@@ -212,35 +236,55 @@ def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k:
     order = (torch.topk(torch.from_numpy(S), nmax, dim=1).indices.numpy() if S.shape[0]
              else np.zeros((0, nmax), np.int64))
     sec = {"centroids": time.perf_counter() - t0, "candidates": 0.0, "exact": 0.0}
+    q_offsets = torch.as_tensor(qo, dtype=torch.int64)
+    steps = [_query_steps(h, S[qo[q]:qo[q + 1]], order[qo[q]:qo[q + 1]], k, groups, budget, nmax, sec)
+             for q in range(nq)]
+    done: list = [None] * nq
+    wants: dict[int, np.ndarray] = {}
+
+    def advance(q: int, scores) -> None:
+        try:
+            wants[q] = steps[q].send(scores)
+        except StopIteration as finished:
+            done[q] = finished.value
+            wants.pop(q, None)
+
+    for q in range(nq):
+        advance(q, None)
+    while wants:
+        asked = sorted(wants)
+        lo = 0
+        while lo < len(asked):  # whole queries, up to PAIRS_PER_CALL pairs a call
+            hi, pairs = lo + 1, wants[asked[lo]].size
+            while hi < len(asked) and pairs + wants[asked[hi]].size <= PAIRS_PER_CALL:
+                pairs += wants[asked[hi]].size
+                hi += 1
+            part = asked[lo:hi]
+            sizes = [wants[q].size for q in part]
+            t = time.perf_counter()
+            s = rescore(queries, q_offsets, torch.from_numpy(np.repeat(np.asarray(part, np.int64), sizes)),
+                        torch.from_numpy(h.ids[np.concatenate([wants[q] for q in part])]))
+            s = np.asarray(torch.as_tensor(s).detach().cpu(), np.float32)
+            sec["exact"] += time.perf_counter() - t
+            for q, scores in zip(part, np.split(s, np.cumsum(sizes)[:-1])):
+                advance(q, scores)
+            lo = hi
     stats = {"candidates": [], "scored_exactly": [], "ncells": [], "rounds": [], "margin": [], "exhaustive": [],
              "stop": [], "seconds": sec}
-    out_ids, out_scores = [], []
     offsets = np.zeros(nq + 1, np.int64)
-    for q in range(nq):
-        a, b = qo[q], qo[q + 1]
-        qv = queries[a:b]
-        one = torch.tensor([0, b - a], dtype=torch.int64)
-
-        def exact(pos: np.ndarray) -> np.ndarray:
-            t = time.perf_counter()
-            if not pos.size:
-                return np.zeros(0, np.float32)
-            s = rescore(qv, one, torch.zeros(pos.size, dtype=torch.int64), torch.from_numpy(h.ids[pos]))
-            sec["exact"] += time.perf_counter() - t
-            return np.asarray(torch.as_tensor(s).detach().cpu(), np.float32)
-
-        pos, e, info = _one_query(h, S[a:b], order[a:b], k, groups, exact, budget, nmax, sec)
-        out_ids.append(h.ids[pos])
-        out_scores.append(e)
+    for q, (pos, _, info) in enumerate(done):
         offsets[q + 1] = offsets[q] + pos.size
         for key, v in info.items():
             stats[key].append(v)
-    return GroupResult(offsets, np.concatenate(out_ids) if out_ids else np.zeros(0, np.int64),
-                       np.concatenate(out_scores) if out_scores else np.zeros(0, np.float32), stats)
+    return GroupResult(offsets, np.concatenate([h.ids[pos] for pos, _, _ in done]) if nq else np.zeros(0, np.int64),
+                       np.concatenate([e for _, e, _ in done]) if nq else np.zeros(0, np.float32), stats)
 
 
-def _one_query(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.ndarray, exact, budget: Budget,
-               nmax: int, sec: dict):
+def _query_steps(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.ndarray, budget: Budget,
+                 nmax: int, sec: dict):
+    """One query's search as a generator: it yields the positions it wants scored exactly
+    (never none) and is sent their ``[n]`` float32 scores; it returns ``(positions scored,
+    their scores, stats)``."""
     t0 = time.perf_counter()
     st = np.ascontiguousarray(s.T)                                                  # [C, L]
     n = min(budget.ncells, nmax)
@@ -251,16 +295,14 @@ def _one_query(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.nd
     sec["candidates"] += time.perf_counter() - t0
     first = max(budget.first, 2 * k)
 
-    def score(sel):
-        E[sel] = exact(cand[sel])
-        scored[sel] = True
-
     by_f = np.argsort(-F, kind="stable")
-    score(by_f[:first])
     rest = by_f[first:]
     sample = rest[np.unique(np.linspace(0, rest.size - 1, min(budget.sample, rest.size)).astype(np.int64))] \
         if rest.size else rest
-    score(sample)
+    sel = np.concatenate([by_f[:first], sample])  # the best by F and the sample, in one exact call
+    if sel.size:
+        E[sel] = yield cand[sel]
+    scored[sel] = True
     err_s = E[sample] - F[sample]
     rounds, m = 0, 0.0
     converged, stop = False, "margin"
@@ -281,7 +323,8 @@ def _one_query(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.nd
             stop = "max_share"
             break
         if todo.size:
-            score(todo)
+            E[todo] = yield cand[todo]
+            scored[todo] = True
             continue
         if n >= nmax:
             converged = n >= h.ivf_offsets.size - 1 or cand.size >= h.live.size
@@ -311,7 +354,7 @@ def _one_query(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.nd
     if exhaustive:  # the probes did not settle the top k: score every live item
         rest = h.live[~np.isin(h.live, cand[scored])]
         cand = np.concatenate([cand[scored], rest])
-        E = np.concatenate([E[scored], exact(rest)])
+        E = np.concatenate([E[scored], (yield rest) if rest.size else np.zeros(0, np.float32)])
         scored = np.ones(cand.size, bool)
     info = {"candidates": int(cand.size), "scored_exactly": int(scored.sum()), "ncells": n, "rounds": rounds,
             "margin": round(m, 4), "exhaustive": bool(exhaustive), "stop": stop if n_groups >= k else "groups"}

@@ -253,8 +253,9 @@ class PrefilterIndex:
             k: groups wanted per query (at least 1; a query finding fewer scores every live item).
             groups: ``[N]`` int64 group of each position of the index (``snapshot().ids[i]``'s
                 group; e.g. the document of each item); None: each item its own group.
-            rescore: the exact stage, ``fn(qv [L, d], qo [2], pair_q [M], pair_ids [M]) -> [M]``
-                (as :meth:`search`'s); None: exact MaxSim on the decoded codes.
+            rescore: the exact stage, ``fn(qv [Tq, d], qo [Nq+1], pair_q [M], pair_ids [M]) -> [M]``
+                (as :meth:`search`'s: pairs sorted by query; called with the whole batch, once per
+                round of the lockstep search); None: exact MaxSim on the decoded codes.
             budget: an :class:`.adaptive.Budget` (None: its defaults).
 
         Returns an :class:`.adaptive.GroupResult` (CSR of external ids and exact scores)."""
@@ -277,7 +278,7 @@ class PrefilterIndex:
             name = resolve_backend(self.device, None)
             cache = {}
 
-            def rescore(bv, bq, pq, ids):  # exact MaxSim on the decoded codes of one query
+            def rescore(bv, bq, pq, ids):  # exact MaxSim on the decoded codes (centroid scores once per batch)
                 bv = bv.to(self.device)
                 key = (bv.data_ptr(), tuple(bv.shape))
                 if key not in cache:

@@ -1,0 +1,102 @@
+"""The adaptive budget over a batch: queries advance in lockstep and share exact-stage calls,
+yet each query's result is bit-identical to searching it alone; the native full centroid
+scores give the numpy fallback's bits, and refuse out-of-range input."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from colgraph_engine import _native, ops
+from colgraph_engine.prefilter import PrefilterIndex, adaptive
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NATIVE = getattr(_native.core, "full_centroid_scores", None)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("recall_default", ROOT / "benchmarks" / "recall_default.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["recall_default"] = mod  # its dataclass looks its module up
+    spec.loader.exec_module(mod)
+    c = mod.topic_corpus(500, n_topics=30, dim=64, unit_tokens=(12, 30), n_queries=24, seed=5)
+    return c, PrefilterIndex.build(c.values, c.offsets, nbits=2)
+
+
+def _store_rescore(c, calls: list):
+    def rescore(qv, qo, pair_q, ids):  # exact MaxSim on the corpus's own vectors, pairs sorted by query
+        calls.append(int(ids.numel()))
+        co = torch.zeros(qo.numel(), dtype=torch.int64)
+        torch.cumsum(torch.bincount(pair_q, minlength=qo.numel() - 1), 0, out=co[1:])
+        return ops.maxsim_candidates(qv, qo, c.values, c.offsets, co, ids, assume_finite=True)
+    return rescore
+
+
+@pytest.mark.parametrize("exhaustive", [False, True])
+def test_a_batch_scores_what_each_query_scores_alone_in_fewer_exact_calls(corpus, exhaustive):
+    c, idx = corpus
+    k = 10 if not exhaustive else 501  # more groups than there are: every query scores every item
+    batch_calls, single_calls = [], []
+    batch = idx.search_adaptive(c.queries, c.q_offsets, k, groups=c.unit_doc, rescore=_store_rescore(c, batch_calls))
+    nq = c.q_offsets.numel() - 1
+    for q in range(nq):
+        a, b = int(c.q_offsets[q]), int(c.q_offsets[q + 1])
+        one = idx.search_adaptive(c.queries[a:b], torch.tensor([0, b - a]), k, groups=c.unit_doc,
+                                  rescore=_store_rescore(c, single_calls))
+        lo, hi = batch.offsets[q], batch.offsets[q + 1]
+        assert np.array_equal(batch.ids[lo:hi], one.ids) and np.array_equal(batch.scores[lo:hi], one.scores)
+        for key in ("candidates", "scored_exactly", "ncells", "rounds", "stop", "exhaustive"):
+            assert batch.stats[key][q] == one.stats[key][0], key
+    assert all(batch.stats["exhaustive"]) == exhaustive
+    assert sum(batch_calls) == sum(single_calls)          # the same pairs scored
+    assert len(batch_calls) <= max(batch.stats["rounds"]) + 2 < len(single_calls)
+
+
+def test_a_batch_splits_its_exact_calls_at_the_pair_limit(corpus, monkeypatch):
+    c, idx = corpus
+    want = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
+    monkeypatch.setattr(adaptive, "PAIRS_PER_CALL", 50)
+    calls: list[int] = []
+    got = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, calls))
+    assert np.array_equal(got.ids, want.ids) and np.array_equal(got.scores, want.scores)
+    # whole queries per call: a call holds more than the limit only when one query asks for more alone
+    assert max(calls) > 50 and len(calls) > max(got.stats["rounds"]) + 2
+
+
+@pytest.mark.skipif(NATIVE is None, reason=f"native module without full_centroid_scores ({_native.reason_unavailable})")
+@pytest.mark.parametrize("tokens", [0, 1, 7, 8, 9, 14, 32, 127, 128, 129, 300])
+def test_native_full_centroid_scores_give_numpy_s_bits(tokens):
+    rng = np.random.default_rng(tokens)
+    n_cells, n_items = 300, 800
+    lens = rng.integers(0, 12, n_items)  # some items without cells: -inf
+    cells_offsets = np.zeros(n_items + 1, np.int64)
+    np.cumsum(lens, out=cells_offsets[1:])
+    host = adaptive._Host.__new__(adaptive._Host)
+    host.cells_offsets, host.cells = cells_offsets, rng.integers(0, n_cells, int(cells_offsets[-1])).astype(np.int64)
+    st = rng.standard_normal((n_cells, tokens)).astype(np.float32)
+    pos = rng.permutation(n_items)[:500].astype(np.int64)
+    want = adaptive.full_scores_numpy(host, st, pos)
+    got = adaptive.full_scores(host, st, pos)
+    assert got.dtype == np.float32 and np.array_equal(got, want)  # -inf where an item has no cells
+    assert np.isneginf(got[lens[pos] == 0]).all()
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native module without full_centroid_scores")
+def test_native_full_centroid_scores_refuse_out_of_range_input():
+    st = np.zeros((4, 3), np.float32)
+    offsets, cells = np.array([0, 2, 3], np.int64), np.array([0, 3, 1], np.int64)
+    with pytest.raises(ValueError, match="positions"):
+        NATIVE(st, offsets, cells, np.array([2], np.int64))
+    with pytest.raises(ValueError, match="cells"):
+        NATIVE(st, offsets, np.array([0, 4, 1], np.int64), np.array([0], np.int64))
+    with pytest.raises(ValueError, match="cells_offsets"):
+        NATIVE(st, np.array([0, 5, 3], np.int64), cells, np.array([0], np.int64))
+    with pytest.raises(ValueError, match="st"):
+        NATIVE(np.zeros(4, np.float32), offsets, cells, np.array([0], np.int64))
+    assert NATIVE(st, offsets, cells, np.zeros(0, np.int64)).shape == (0,)
