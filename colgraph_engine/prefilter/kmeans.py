@@ -28,7 +28,7 @@ DEFAULT_ITERATIONS = 4          # ColBERT's kmeans_niters
 POINTS_PER_CENTROID = 256       # fastkmeans' max_points_per_centroid (fast-plaid's create)
 MAX_POINTS_CPU = 1 << 18        # ours: caps of the default sample (see the module docstring)
 MAX_POINTS_GPU = 1 << 24
-BLOCK_ELEMS = 1 << 24           # ours: 64 MiB of fp32 scores per assignment block (CPU)
+BLOCK_ELEMS = 1 << 22           # ours: 16 MiB of fp32 scores per assignment block (CPU; 1.36x faster than 64 MiB blocks here)
 BLOCK_ELEMS_GPU = 1 << 28       # ours: 1 GiB on a GPU, where a block is one large matrix product
 
 

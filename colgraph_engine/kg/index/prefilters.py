@@ -18,10 +18,17 @@ results map back to items exactly and a removed document's uids can be deleted f
   same as :data:`colgraph_engine.prefilter.prefilter_index.DEFAULT_REBUILD_DRIFT`; None: never) the
   prefilter is rebuilt from the store's original vectors (not from decoded ones) during that
   commit. The drift is judged only once the tokens added since the last build reach
-  :data:`DRIFT_MIN_ADDED` (ours: 0.1) times the tokens it was built over: a mean over a few
-  added tokens says little, and a build whose mean squared residual is near zero (about one
-  distinct token per centroid: PLAID's count ``~16 sqrt(T)`` on a small or repetitive store) makes
-  any addition read as a huge drift; so drift rebuilds cost at most one k-means per 10 % of growth;
+  :data:`DRIFT_MIN_ADDED` (ours: 1.0) times the tokens it was built over, i.e. once the store has
+  doubled since its build: a mean over a few added tokens says little, a build whose mean squared
+  residual is near zero (about one distinct token per centroid: PLAID's count ``~16 sqrt(T)`` on a
+  small or repetitive store) makes any addition read as a huge drift, and a rebuild costs a k-means
+  plus an encoding of every token of the store. Judged at each 10 % of growth (as before), a
+  10,000-document ingest in commits of 1,000 (``benchmarks/lightrag_peer.py``, hashing tokens,
+  1.5M tokens by then) rebuilt at every commit from the 5,000th on, about 6 minutes each on one
+  core of this project's CPU machine; judged once per doubling, drift rebuilds are geometric and
+  all of them together cost about twice the last one. Between rebuilds the adaptive budget
+  (:mod:`colgraph_engine.prefilter.adaptive`) keeps recall: a drifted prefilter costs candidates,
+  not answers;
 * **growth**: the centroid count is fixed at a build (PLAID's ``16 sqrt(T)`` rule, rounded
   down to a power of two, for the T tokens then); when the live tokens grow until that rule gives
   :data:`GROWTH_REBUILD` (ours: 2) times the built count (about 4x the tokens), the prefilter is
@@ -96,7 +103,7 @@ DEFAULT_MIN_TOKENS = 4096
 DEFAULT_REBUILD_DRIFT = 1.5
 AUTO_MIN_TOKENS = 1 << 18  # where recall_ranker="auto" turns to a carried prefilter (PipelineConfig.prefilter_min_tokens)
 AUTO_DIM = 128  # AUTO_MIN_TOKENS counts tokens of this dimension: a store of dimension d counts tokens x d / 128
-DRIFT_MIN_ADDED = 0.1  # drift is judged once the added tokens reach this fraction of the built ones
+DRIFT_MIN_ADDED = 1.0  # drift is judged once the added tokens reach this fraction of the built ones
 GROWTH_REBUILD = 2  # rebuilt once PLAID's centroid count for the live tokens is this many times the built count
 NBITS = (1, 2, 4)
 FOLDER = "prefilter"
