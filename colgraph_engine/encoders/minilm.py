@@ -310,18 +310,31 @@ def _check_ranges(ranges, n_texts: int, n_groups: int) -> np.ndarray:
 def _assign_windows(ranges: np.ndarray, text_of: np.ndarray, spans: list[np.ndarray], special: list
                     ) -> tuple[list[np.ndarray], np.ndarray]:
     """``(rows [R_w, 4] per window, groups with a range in no window whole)``: each range goes
-    to the first window of its text whose pieces' characters span it."""
-    extent = np.zeros((len(spans), 2), dtype=np.int64)
+    to the first window of its text whose pieces' characters span it. `text_of` ``[W]`` is
+    the tokenizer's overflow mapping (a text's windows are consecutive). Vectorised over the
+    ranges: one pass per window rank within a text (texts have a few windows), so the work is
+    O(R x windows per text), not O(R x W)."""
+    n_windows = len(spans)
+    extent = np.zeros((n_windows, 2), dtype=np.int64)
     for w, (sp, mask) in enumerate(zip(spans, special)):
         real = sp[np.asarray(mask, dtype=bool) == 0]
         extent[w] = (real[0, 0], real[-1, 1]) if len(real) else (0, 0)
     window = np.full(len(ranges), -1, dtype=np.int64)
-    for r, (_, t, start, end) in enumerate(ranges):
-        mine = np.flatnonzero(text_of == t)
-        fits = mine[(extent[mine, 0] <= start) & (end <= extent[mine, 1])]
-        if fits.size:
-            window[r] = fits[0]
-    own = [ranges[window == w] for w in range(len(spans))]
+    if n_windows and len(ranges):
+        if (np.diff(text_of) < 0).any():
+            raise ValueError("text_of: expected each text's windows to be consecutive (the tokenizer's overflow order)")
+        n_texts = max(int(text_of.max()), int(ranges[:, 1].max())) + 1
+        first = np.searchsorted(text_of, np.arange(n_texts + 1))         # text t's windows: first[t]..first[t+1]-1
+        t, start, end = ranges[:, 1], ranges[:, 2], ranges[:, 3]
+        for rank in range(int(np.diff(first).max())):
+            w = first[t] + rank
+            open_ = (window < 0) & (w < first[t + 1])
+            wo = w[open_]
+            fits = (extent[wo, 0] <= start[open_]) & (end[open_] <= extent[wo, 1])
+            window[np.flatnonzero(open_)[fits]] = wo[fits]
+    order = np.argsort(window, kind="stable")                              # per window, in the ranges' order
+    bounds = np.searchsorted(window[order], np.arange(n_windows + 1))
+    own = [ranges[order[bounds[w]:bounds[w + 1]]] for w in range(n_windows)]
     return own, np.unique(ranges[window < 0, 0])
 
 
