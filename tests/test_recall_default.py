@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import pathlib
 import sys
 
@@ -181,6 +182,20 @@ def test_the_adaptive_budget_finds_the_exact_top10_on_a_clustered_near_tie_corpu
     assert np.allclose(by_store.scores, one[torch.from_numpy(by_store.ids)].numpy(), atol=1e-5)
 
 
+def test_the_first_round_scores_at_least_first_share_of_the_candidates(bench):
+    c = bench.topic_corpus(300, n_topics=12, dim=64, unit_tokens=(8, 24), n_queries=6, seed=2)
+    idx = PrefilterIndex.build(c.values, c.offsets, nbits=2)
+    one_probe = dict(ncells=64, ncells_max=64, first=1, sample=0)  # every candidate comes from the first probe
+    small = idx.search_adaptive(c.queries, c.q_offsets, 1, groups=c.unit_doc,
+                                budget=adaptive.Budget(**one_probe, first_share=0.0))
+    share = idx.search_adaptive(c.queries, c.q_offsets, 1, groups=c.unit_doc,
+                                budget=adaptive.Budget(**one_probe, first_share=0.25))
+    for cand, scored in zip(share.stats["candidates"], share.stats["scored_exactly"]):
+        assert scored >= math.ceil(0.25 * cand)
+    assert sum(share.stats["scored_exactly"]) > sum(small.stats["scored_exactly"])
+    assert adaptive.DEFAULT.first_share == 1 / 32
+
+
 def test_a_query_that_finds_fewer_groups_than_k_scores_every_item(bench):
     c = bench.topic_corpus(60, n_topics=6, dim=64, unit_tokens=(8, 16), units_per_doc=(1, 1), n_queries=4)
     idx = PrefilterIndex.build(c.values, c.offsets, nbits=2)
@@ -199,7 +214,8 @@ def test_bad_config_values_raise_naming_the_field(bad, field):
 
 @pytest.mark.parametrize("bad,field", [(dict(ncells=0), "ncells"), (dict(ncells=4, ncells_max=2), "ncells_max"),
                                        (dict(first=0), "first"), (dict(sample=-1), "sample"), (dict(z=-1), "z"),
-                                       (dict(max_share=0), "max_share"), (dict(unsettled="x"), "unsettled")])
+                                       (dict(max_share=0), "max_share"), (dict(unsettled="x"), "unsettled"),
+                                       (dict(first_share=1.5), "first_share"), (dict(first_share=True), "first_share")])
 def test_bad_budget_values_raise_naming_the_field(bad, field):
     with pytest.raises(ValueError, match=field):
         adaptive.Budget(**bad)

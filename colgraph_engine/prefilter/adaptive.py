@@ -17,7 +17,8 @@ idea applied to the exact stage):
    score** ``F(x) = Σ_i max_{c in cells(x)} S[i, c]`` (PLAID's stage 4, over every candidate;
    stage 3's threshold pruning is not used: on these CPU runs it was the slowest stage and lost
    documents near the threshold);
-4. exact scoring by margin: the ``max(first, 2k)`` candidates of highest ``F`` (32) and a
+4. exact scoring by margin: the ``max(first, 2k, first_share x candidates)`` candidates of
+   highest ``F`` (32; 1/32 of the first probe's candidates) and a
    systematic sample of ``sample`` (32) others, evenly spaced in ``F`` order so that it spans
    the candidates' whole range, are scored exactly (``E``, by the caller's exact stage). The
    errors ``e = E - F`` give the margin ``m = max(max e over everything scored,
@@ -27,7 +28,15 @@ idea applied to the exact stage):
    falls as ``F`` rises (measured: correlation -0.45 to -0.67 between e and F over a query's
    candidates; the top candidates by ``F`` are the ones ``F`` overrates), so the items scored
    first understate the error of the items not scored yet; a margin from them alone missed
-   documents in every shape tried;
+   documents in every shape tried. Why ``first_share``: on hashing token vectors of made-up
+   names (``benchmarks/lightrag_peer.py`` at 10,000 documents, 2.9M tokens, 16,384 centroids,
+   8-17k candidates at the first probe) ``F`` underrates most the items that hold the question's
+   own words (a centroid blends many distinct words): the exact top document's best segment had
+   ``e`` = 0.87, far above the sample's margin, and ranked 41st to 309th by ``F``, so 32 first
+   candidates missed the top document for 6 of 120 questions (recall of the exact top 10: 0.986,
+   worst 0.5). With 1/32 of the candidates first (about 330 there; our choice, the smallest
+   share tried that recalled all 120 lists: 1/32, 1/16, 1/8) it was 1.000; on the smaller shapes
+   below the share adds little (``first`` already exceeds it);
 5. deepen: ``n`` doubles; the candidates it adds get ``F``; when none reaches ``s_k - m`` the
    search stops (deeper cells hold items whose tokens sit in centroids the query scores lower
    still), else step 4 runs again. So the probe depth follows the corpus (mean depth 4-31 over
@@ -64,6 +73,7 @@ all; the small shapes measure the forced prefilter's recall).
 """
 from __future__ import annotations
 
+import math
 import numbers
 import time
 from dataclasses import dataclass, field
@@ -80,7 +90,8 @@ class Budget:
     """The adaptive rule's constants (see the module docstring; all ours)."""
     ncells: int = 1          # probe depth to start from (doubled per deepening)
     ncells_max: int = 64     # deepest probe
-    first: int = 32          # candidates of best F scored exactly first (at least 2k)
+    first: int = 32          # candidates of best F scored exactly first (at least 2k) ...
+    first_share: float = 1 / 32  # ... and at least this share of the first probe's candidates
     sample: int = 32         # candidates sampled evenly in F order to estimate F's error
     z: float = 3.0           # margin = mean + z * std of the sampled errors (or the largest error seen)
     max_share: float = 0.5   # a query stops once it would score more than this share of the live items exactly
@@ -100,6 +111,9 @@ class Budget:
         x = self.max_share
         if isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0 < x <= 1:
             raise ValueError(f"max_share: expected a number in (0, 1], got {x!r}")
+        x = self.first_share
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0 <= x <= 1:
+            raise ValueError(f"first_share: expected a number in [0, 1], got {x!r}")
         if self.unsettled not in ("stop", "exhaustive"):
             raise ValueError(f"unsettled: expected 'stop' or 'exhaustive', got {self.unsettled!r}")
 
@@ -293,7 +307,7 @@ def _query_steps(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.
     E = np.full(cand.size, -np.inf, np.float32)
     scored = np.zeros(cand.size, bool)
     sec["candidates"] += time.perf_counter() - t0
-    first = max(budget.first, 2 * k)
+    first = max(budget.first, 2 * k, math.ceil(budget.first_share * cand.size))
 
     by_f = np.argsort(-F, kind="stable")
     rest = by_f[first:]
