@@ -314,7 +314,7 @@ def reading(rep: dict) -> list[str]:
               "amortises each document token over the queries and wins up to about 200k-250k tokens: "
               "`PipelineConfig.prefilter_min_tokens` = 2^18 (262,144) sits there (a query's path may not depend "
               "on its batch).")
-    out.append("The budget's rule and constants: `colgraph_engine/index/adaptive.py` (module docstring); the "
+    out.append("The budget's rule and constants: `colgraph_engine/prefilter/adaptive.py` (module docstring); the "
                "recall stage calls it through `PrefilterIndex.search_adaptive` with the items grouped by document.")
     return out
 
