@@ -4,7 +4,10 @@ Triton kernels run under the interpreter on CPU tensors here (no GPU in CI). The
 be set before triton is imported, hence at the top of conftest. On a CUDA machine the real
 kernels are tested instead.
 """
+import importlib.util
 import os
+import pathlib
+import sys
 
 import torch
 
@@ -45,3 +48,16 @@ def assert_scores_match(got, ref64, torch_same_dtype, what=""):
     scale = ref64[fin].abs().max().item() if fin.any() else 1.0
     tol = 2.0 * base + 1e-6 * max(1.0, scale)
     assert err <= tol, f"{what}: max error {err:.3g} exceeds yardstick {tol:.3g} (torch in dtype: {base:.3g})"
+
+
+def recall_benchmark():
+    """``benchmarks/recall_default.py`` as a module (its topic corpora, exact top-k and measure)."""
+    if "recall_default" in sys.modules:
+        return sys.modules["recall_default"]
+    bench = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location("recall_default", bench / "recall_default.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["recall_default"] = mod  # its dataclass looks its module up
+    spec.loader.exec_module(mod)
+    return mod

@@ -3,29 +3,20 @@ yet each query's result is bit-identical to searching it alone; the native full 
 scores give the numpy fallback's bits, and refuse out-of-range input."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 from colgraph_engine import _native, ops
 from colgraph_engine.prefilter import PrefilterIndex, adaptive
+from tests.conftest import recall_benchmark
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 NATIVE = getattr(_native.core, "full_centroid_scores", None)
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("recall_default", ROOT / "benchmarks" / "recall_default.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["recall_default"] = mod  # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    c = mod.topic_corpus(500, n_topics=30, dim=64, unit_tokens=(12, 30), n_queries=24, seed=5)
+    c = recall_benchmark().topic_corpus(500, n_topics=30, dim=64, unit_tokens=(12, 30), n_queries=24, seed=5)
     return c, PrefilterIndex.build(c.values, c.offsets, nbits=2)
 
 

@@ -5,11 +5,8 @@ or its prefilter disagrees with the store; the adaptive budget's recall on a clu
 corpus; config validation."""
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -22,19 +19,14 @@ from colgraph_engine.kg import Encoders, KnowledgeIndex
 from colgraph_engine.pipeline import Pipeline, PipelineConfig, Query
 from colgraph_engine.pipeline import recall as recall_mod
 from colgraph_engine.pipeline.view import IndexView
+from tests.conftest import recall_benchmark
 
 ENC = Encoders.offline()
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("recall_default", ROOT / "benchmarks" / "recall_default.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["recall_default"] = mod  # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    return mod
+    return recall_benchmark()
 
 
 @pytest.fixture(scope="module")
