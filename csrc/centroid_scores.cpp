@@ -57,33 +57,40 @@ py::array_t<float> full_centroid_scores(const Arr<float>& st, const Arr<int64_t>
   const int64_t* co = cells_offsets.data();
   const int64_t* cv = cells.data();
   const int64_t* pos = positions.data();
-  for (int64_t p = 0; p < n; ++p) {  // checked before any read: a bad call raises, never reads out of bounds
-    const int64_t x = pos[p];
-    if (x < 0 || x >= N) throw py::value_error("positions: position out of range");
-    if (co[x] < 0 || co[x + 1] < co[x] || co[x + 1] > E) throw py::value_error("cells_offsets: bad range");
-    for (int64_t e = co[x]; e < co[x + 1]; ++e)
-      if (cv[e] < 0 || cv[e] >= C) throw py::value_error("cells: centroid out of range");
-  }
   py::array_t<float> out(n);
   float* o = out.mutable_data();
+  const char* error = nullptr;  // checked in the same pass as the work (one walk over the cells); raised after it
   {
     py::gil_scoped_release release;
     std::vector<float> best(static_cast<size_t>(L));
-    for (int64_t p = 0; p < n; ++p) {
-      const int64_t x = pos[p], a = co[x], b = co[x + 1];
+    for (int64_t p = 0; p < n && !error; ++p) {
+      const int64_t x = pos[p];
+      if (x < 0 || x >= N) {
+        error = "positions: position out of range";
+        break;
+      }
+      const int64_t a = co[x], b = co[x + 1];
+      if (a < 0 || b < a || b > E) {
+        error = "cells_offsets: bad range";
+        break;
+      }
       if (a == b) {  // an item without centroids (no tokens)
         o[p] = -std::numeric_limits<float>::infinity();
         continue;
       }
-      const float* row = s + cv[a] * L;
-      for (int64_t i = 0; i < L; ++i) best[i] = row[i];
-      for (int64_t e = a + 1; e < b; ++e) {
-        row = s + cv[e] * L;
+      for (int64_t i = 0; i < L; ++i) best[i] = -std::numeric_limits<float>::infinity();
+      for (int64_t e = a; e < b; ++e) {
+        if (cv[e] < 0 || cv[e] >= C) {  // before the read: never out of bounds
+          error = "cells: centroid out of range";
+          break;
+        }
+        const float* row = s + cv[e] * L;
         for (int64_t i = 0; i < L; ++i) best[i] = row[i] > best[i] ? row[i] : best[i];
       }
       o[p] = pairwise_sum(best.data(), L);
     }
   }
+  if (error) throw py::value_error(error);  // the half-filled output is dropped with it
   return out;
 }
 
