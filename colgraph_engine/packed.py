@@ -92,9 +92,12 @@ def check_offsets_layout(offsets: object, device: torch.device, name: str) -> to
 def check_offsets(offsets: object, n_rows: int, device: torch.device, name: str) -> torch.Tensor:
     """Validates an offsets tensor against `n_rows` rows; returns it unchanged."""
     check_offsets_layout(offsets, device, name)
-    # One device-to-host transfer for all three checks (each .item() on CUDA is a sync).
-    first, last, decreasing = torch.stack(
-        [offsets[0], offsets[-1], (offsets.diff() < 0).any().to(torch.int64)]).tolist()
+    if offsets.device.type == "cpu":  # numpy reads it in place: ~3 us against ~30 us for the torch ops
+        o = offsets.detach().numpy()
+        first, last, decreasing = int(o[0]), int(o[-1]), bool((o[1:] < o[:-1]).any())
+    else:  # one device-to-host transfer for all three checks (each .item() on CUDA is a sync)
+        first, last, decreasing = torch.stack(
+            [offsets[0], offsets[-1], (offsets.diff() < 0).any().to(torch.int64)]).tolist()
     if first != 0:
         raise ValueError(f"{name}: expected offsets[0] == 0, got {first}")
     if last != n_rows:
