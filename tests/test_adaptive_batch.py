@@ -60,22 +60,40 @@ def test_a_batch_splits_its_exact_calls_at_the_pair_limit(corpus, monkeypatch):
     assert max(calls) > 50 and len(calls) > max(got.stats["rounds"]) + 2
 
 
+def _isas() -> list[str]:
+    """The kernels of full_centroid_scores this CPU can run (each must give numpy's bits)."""
+    if NATIVE is None:
+        return []
+    got = []
+    for isa in ("auto", "avx512", "avx2", "scalar"):
+        try:
+            NATIVE(np.zeros((1, 1), np.float32), np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64),
+                   isa=isa)
+        except ValueError:  # this CPU lacks it
+            continue
+        got.append(isa)
+    return got
+
+
 @pytest.mark.skipif(NATIVE is None, reason=f"native module without full_centroid_scores ({_native.reason_unavailable})")
-@pytest.mark.parametrize("tokens", [0, 1, 7, 8, 9, 14, 32, 127, 128, 129, 300])
-def test_native_full_centroid_scores_give_numpy_s_bits(tokens):
+@pytest.mark.parametrize("cell_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("tokens", [0, 1, 7, 8, 9, 14, 16, 17, 32, 33, 48, 63, 64, 65, 127, 128, 129, 300])
+def test_native_full_centroid_scores_give_numpy_s_bits(tokens, cell_dtype):
     rng = np.random.default_rng(tokens)
     n_cells, n_items = 300, 800
     lens = rng.integers(0, 12, n_items)  # some items without cells: -inf
     cells_offsets = np.zeros(n_items + 1, np.int64)
     np.cumsum(lens, out=cells_offsets[1:])
     host = adaptive._Host.__new__(adaptive._Host)
-    host.cells_offsets, host.cells = cells_offsets, rng.integers(0, n_cells, int(cells_offsets[-1])).astype(np.int64)
+    host.cells_offsets, host.cells = cells_offsets, rng.integers(0, n_cells, int(cells_offsets[-1])).astype(cell_dtype)
     st = rng.standard_normal((n_cells, tokens)).astype(np.float32)
     pos = rng.permutation(n_items)[:500].astype(np.int64)
     want = adaptive.full_scores_numpy(host, st, pos)
     got = adaptive.full_scores(host, st, pos)
     assert got.dtype == np.float32 and np.array_equal(got, want)  # -inf where an item has no cells
     assert np.isneginf(got[lens[pos] == 0]).all()
+    for isa in _isas():  # every kernel the CPU has (AVX-512, AVX2, scalar) gives the same bits
+        assert np.array_equal(NATIVE(st, cells_offsets, host.cells, pos, isa=isa), want), isa
 
 
 @pytest.mark.skipif(NATIVE is None, reason="native module without full_centroid_scores")
@@ -91,3 +109,10 @@ def test_native_full_centroid_scores_refuse_out_of_range_input():
     with pytest.raises(ValueError, match="st"):
         NATIVE(np.zeros(4, np.float32), offsets, cells, np.array([0], np.int64))
     assert NATIVE(st, offsets, cells, np.zeros(0, np.int64)).shape == (0,)
+    for isa in _isas():  # the vector kernels check each cell before they read its row
+        with pytest.raises(ValueError, match="cells"):
+            NATIVE(st, offsets, np.array([0, 4, 1], np.int32), np.array([0], np.int64), isa=isa)
+        with pytest.raises(ValueError, match="cells"):
+            NATIVE(st, offsets, np.array([0, -1, 1], np.int32), np.array([0], np.int64), isa=isa)
+    with pytest.raises(ValueError, match="isa"):
+        NATIVE(st, offsets, cells, np.array([0], np.int64), isa="sse9")

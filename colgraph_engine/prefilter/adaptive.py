@@ -140,7 +140,8 @@ class _Host:
         cpu = lambda t: t.detach().cpu().numpy()  # noqa: E731
         self.centroids = state.centroids.detach().float().cpu()
         self.ivf_offsets, self.ivf_docs = cpu(state.ivf_offsets), cpu(state.ivf_docs).astype(np.int64)
-        self.cells_offsets, self.cells = cpu(state.cells_offsets).astype(np.int64), cpu(state.cells).astype(np.int64)
+        # cells stay int32 (their dtype in the state): half the bytes the full centroid scores stream
+        self.cells_offsets, self.cells = cpu(state.cells_offsets).astype(np.int64), cpu(state.cells).astype(np.int32)
         self.alive, self.ids = cpu(state.alive), cpu(state.ids)
         self.live = np.flatnonzero(self.alive)
 
