@@ -149,6 +149,26 @@ __attribute__((target("avx512f"))) inline void tile_f32(const float* qt, int64_t
     for (int i = 0; i < NR; ++i) running_max[m] = _mm512_max_ps(running_max[m], acc[m][i]);
 }
 
+// A query of at most 8 tokens fills half of a 16-lane block: its lanes 0-7 in 8-lane registers
+// instead. On AVX-512 machines two 256-bit FMAs issue a cycle where one 512-bit FMA does on some
+// cores (Zen 4); on AVX2 machines the second 8-lane half is skipped. Each lane computes the same
+// FMA chain over k as tile_f32 and block_maxima_avx2, and max is exact, so the scores are
+// bit-identical to the 16-lane kernels'.
+template <int NR>
+__attribute__((target("avx2,fma"))) inline void tile_f32_narrow(const float* qt, const float* doc,
+                                                                        int64_t stride, int64_t row0, int64_t rows,
+                                                                        int64_t d, __m256& running_max) {
+  const float* r[NR];
+  for (int i = 0; i < NR; ++i) r[i] = doc + std::min<int64_t>(row0 + i, rows - 1) * stride;
+  __m256 acc[NR];
+  for (int i = 0; i < NR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < d; ++k) {
+    const __m256 qv = _mm256_loadu_ps(qt + k * kLanes);  // lanes 0-7 of the block's coordinate k
+    for (int i = 0; i < NR; ++i) acc[i] = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(r[i] + k), acc[i]);
+  }
+  for (int i = 0; i < NR; ++i) running_max = _mm256_max_ps(running_max, acc[i]);
+}
+
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 template <int MV, int NR>
 __attribute__((target("avx512f,avx512bf16"))) inline void tile_bf16(
@@ -221,6 +241,18 @@ __attribute__((target("avx512f"))) float score_avx512(const PackedQueries& pq, i
   if (len == 0) return 0.0f;
   if (doc.rows == 0) return kNegInf;
   alignas(64) float maxima[2 * kLanes];
+  if constexpr (!BF16) {
+    if (len <= kLanes / 2) {  // one half-filled block: the 8-lane kernel (same bits)
+      const float* qt = pq.f32.data() + pq.block_start[qi] * d * kLanes;
+      const auto* base = static_cast<const float*>(doc.base);
+      __m256 run = _mm256_set1_ps(kNegInf);
+      constexpr int kRows8 = 12;  // 12 accumulators + the query vector + broadcasts fit 16 ymm registers
+      for (int64_t j = 0; j < doc.rows; j += kRows8)
+        tile_f32_narrow<kRows8>(qt, base, doc.stride, j, doc.rows, d, run);
+      _mm256_store_ps(maxima, run);
+      return static_cast<float>(static_cast<double>(sum_lanes(maxima, len)));
+    }
+  }
   double total = 0.0;
   for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; blk += 2) {
     const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;
@@ -305,6 +337,14 @@ __attribute__((target("avx2,fma"))) float score_avx2(const PackedQueries& pq, in
   if (doc.rows == 0) return kNegInf;
   double total = 0.0;
   alignas(32) float maxima[kLanes];
+  if (len <= kLanes / 2) {  // one half-filled block: only its first 8 lanes (same bits)
+    __m256 run = _mm256_set1_ps(kNegInf);
+    for (int64_t j = 0; j < doc.rows; j += 12)
+      tile_f32_narrow<12>(pq.f32.data() + pq.block_start[qi] * d * kLanes, static_cast<const float*>(doc.base),
+                          doc.stride, j, doc.rows, d, run);
+    _mm256_store_ps(maxima, run);
+    return static_cast<float>(static_cast<double>(sum_lanes(maxima, len)));
+  }
   for (int64_t blk = pq.block_start[qi]; blk < pq.block_start[qi + 1]; ++blk) {
     block_maxima_avx2(pq.f32.data() + blk * d * kLanes, doc, d, maxima);
     const int64_t first_tok = (blk - pq.block_start[qi]) * kLanes;

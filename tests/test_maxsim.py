@@ -190,8 +190,9 @@ def test_native_is_deterministic_across_thread_counts(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_native_batch_packs_queries_yet_scores_equal_one_query_at_a_time(dtype):
     """A batch packs every query's tokens into shared 16-lane blocks; each query's score must be
-    bit-identical to scoring it alone (queries of 0, 1, 12, 16, 17, 33 and 70 tokens, empty docs)."""
-    lengths = [12, 0, 1, 16, 17, 33, 70, 12]
+    bit-identical to scoring it alone (queries of 0, 1, 5, 8, 9, 12, 16, 17, 33 and 70 tokens, empty
+    docs; alone, a query of at most 8 tokens runs the 8-lane kernel)."""
+    lengths = [12, 0, 1, 5, 8, 9, 16, 17, 33, 70, 12]
     qv, qo = random_packed(lengths, 48, dtype, seed=21)
     xv, xo = random_packed([5, 0, 29, 1, 64, 0, 12], 48, dtype, seed=22)
     batch = cg.maxsim(qv, qo, xv, xo, backend="native")
