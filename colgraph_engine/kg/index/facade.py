@@ -447,6 +447,16 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
                 "image": c.node_name[i] if c.node_kind[i] == NodeKind.IMAGE
                 else (c.node_name[nb + image] if image >= 0 else None)}
 
+    def node_segments(self, node: int) -> list[int]:
+        """The provenance segments of a graph node (local segment numbers of its document): the
+        ``"segments"`` of :meth:`describe_node` without decoding the node's strings, for the
+        query stages that read provenance alone."""
+        a = self._assemble()
+        _, doc_id, v = _locate(a, a.node_offsets.array, node, "node")
+        c, nb, _ = self._docs[doc_id].columns()
+        i = nb + v
+        return c.node_prov[c.node_prov_offsets[i]:c.node_prov_offsets[i + 1]].tolist()
+
     def describe_edge(self, edge: int) -> dict:
         """Document, local id, kind, endpoints (graph node ids), keywords, text, weight and
         provenance segments of a graph edge."""
