@@ -138,7 +138,7 @@ class NameTable:
                     continue  # a name of stop words and openers only: never a seed
                 keep.append(v)
                 ts.append(t)
-                prov = view.index.describe_node(v)["segments"]
+                prov = view.index.node_segments(v)
                 segs.append(np.asarray([first_seg + int(o) for o in prov], np.int64))
             keep = np.asarray(keep, np.int64)
             a = view.alias_of[keep] if keep.size else np.zeros(0, np.int64)
@@ -267,9 +267,42 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
     table = name_table(view)
     offsets, by_group = view.alias_members
     roff, redges = view.relation_csr
-    out_seg, out_mass, out_reached = [], [], []
+
+    def neighbours(frontier: list[int], seen: set, allowed: set) -> list[int]:
+        """Entities one relation edge from `frontier`, inside `allowed` documents, not in `seen`
+        (added to it), in discovery order."""
+        nxt = []
+        for v in frontier:
+            for r in redges[roff[v]:roff[v + 1]].tolist():
+                x = int(view.edge_dst[r]) if int(view.edge_src[r]) == v else int(view.edge_src[r])
+                if x not in seen and int(view.node_doc[x]) in allowed and view.node_kind[x] == NodeKind.ENTITY:
+                    seen.add(x)
+                    nxt.append(x)
+        return nxt
+
+    # Each seed group's members and first hop, for every query first: the filter then scores the
+    # first hops of all seeds of all queries in one call (it caches per query and item, so the
+    # per-seed calls below find their scores; the same items are scored as one call per seed).
+    starts = []
     for i in range(len(docs)):
         allowed = set(docs[i].tolist())
+        per_seed = []
+        for j, e in enumerate(seeds.entities[i].tolist()):
+            g = int(view.alias_of[e])
+            members = by_group[offsets[g]:offsets[g + 1]] if g >= 0 else np.asarray([e], np.int64)
+            if seeds.members is not None:
+                members = np.union1d(members, seeds.members[i][j])
+            members = members[np.isin(view.node_doc[members], docs[i])]
+            frontier = [int(v) for v in members.tolist()]
+            seen = set(frontier)
+            per_seed.append((frontier, seen, neighbours(frontier, seen, allowed) if hops > 0 else []))
+        starts.append((allowed, per_seed))
+    if filter != "off" and hops > 0:
+        scorer.entities([np.unique(np.asarray([x for _, _, nxt in per_seed for x in nxt], np.int64))
+                         for _, per_seed in starts])
+    out_seg, out_mass, out_reached = [], [], []
+    for i in range(len(docs)):
+        allowed, per_seed = starts[i]
         segs_of = {}
         for num in docs[i].tolist():
             d = table.doc(num)
@@ -277,15 +310,8 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
         support: dict[int, float] = {}
         reached: dict[int, tuple[int, float]] = {}
         mass = float(seeds.scores[i].sum()) if seeds.scores[i].size else 0.0
-        for j, (e, s) in enumerate(zip(seeds.entities[i].tolist(), seeds.scores[i].tolist())):
-            g = int(view.alias_of[e])
-            members = by_group[offsets[g]:offsets[g + 1]] if g >= 0 else np.asarray([e], np.int64)
-            if seeds.members is not None:
-                members = np.union1d(members, seeds.members[i][j])
-            members = members[np.isin(view.node_doc[members], docs[i])]
+        for (frontier, seen, first_hop), s in zip(per_seed, seeds.scores[i].tolist()):
             share: dict[int, float] = {}  # unit -> a_G(u)
-            frontier = [int(v) for v in members.tolist()]
-            seen = set(frontier)
             for v in frontier:
                 reached.setdefault(v, (0, s))
             for h in range(hops + 1):
@@ -303,14 +329,7 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
                         share[u] = a
                 if h == hops:
                     break
-                nxt = []
-                for v in frontier:
-                    for r in redges[roff[v]:roff[v + 1]].tolist():
-                        x = int(view.edge_dst[r]) if int(view.edge_src[r]) == v else int(view.edge_src[r])
-                        if x not in seen and int(view.node_doc[x]) in allowed \
-                                and view.node_kind[x] == NodeKind.ENTITY:
-                            seen.add(x)
-                            nxt.append(x)
+                nxt = first_hop if h == 0 else neighbours(frontier, seen, allowed)
                 if filter != "off" and nxt:
                     nx = np.asarray(nxt, np.int64)
                     sc = _scores_for(scorer, i, nx, len(docs))
@@ -349,9 +368,8 @@ def _key(view, v: int) -> int:
 
 
 def _segments(view, v: int) -> list[int]:
-    d = view.index.describe_node(v)
     first = int(view.node_first[int(np.searchsorted(view.numbers, view.node_doc[v]))]) + 1
-    return [first + int(o) for o in d["segments"]]
+    return [first + int(o) for o in view.index.node_segments(v)]
 
 
 def _scores_for(scorer, i: int, nodes: np.ndarray, nq: int) -> np.ndarray:
