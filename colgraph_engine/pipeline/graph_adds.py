@@ -282,7 +282,7 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
 
     # Each seed group's members and first hop, for every query first: the filter then scores the
     # first hops of all seeds of all queries in one call (it caches per query and item, so the
-    # per-seed calls below find their scores; the same items are scored as one call per seed).
+    # per-seed calls below find their scores; the items scored are those one call per seed scores).
     starts = []
     for i in range(len(docs)):
         allowed = set(docs[i].tolist())
