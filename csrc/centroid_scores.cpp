@@ -70,6 +70,14 @@ const char* walk_items(const float* s, int64_t C, int64_t L, const int64_t* co, 
   return nullptr;
 }
 
+// Row c of st, or nullptr when c is no centroid (a negative id wraps to a large one): every
+// kernel checks each cell this way before it reads the row, so nothing is read out of bounds.
+template <class CellT>
+inline const float* centroid_row(const float* s, int64_t C, int64_t L, CellT cell) {
+  const int64_t c = static_cast<int64_t>(cell);
+  return static_cast<uint64_t>(c) < static_cast<uint64_t>(C) ? s + c * L : nullptr;
+}
+
 // Up to 64 query tokens in NV 16-lane registers (AVX-512): one masked load and one max per
 // register and cell. A masked load reads nothing past the row; masked lanes hold 0 and are
 // never summed. The scalar loop kept the maxima in memory, a store-to-load chain per token and
@@ -84,12 +92,11 @@ __attribute__((target("avx512f"))) float row_max_avx512(const float* s, int64_t 
     mask[v] = static_cast<__mmask16>((1u << lanes) - 1u);
   }
   for (int64_t e = 0; e < m; ++e) {
-    const int64_t c = static_cast<int64_t>(cells[e]);
-    if (static_cast<uint64_t>(c) >= static_cast<uint64_t>(C)) {  // negative ids wrap to large ones
+    const float* row = centroid_row(s, C, L, cells[e]);
+    if (!row) {
       bad = true;
       return 0.0f;
     }
-    const float* row = s + c * L;
     // max(row, best): best stays where the row is NaN, as the scalar loop's `row > best`
     for (int v = 0; v < NV; ++v) best[v] = _mm512_max_ps(_mm512_maskz_loadu_ps(mask[v], row + 16 * v), best[v]);
   }
@@ -110,12 +117,11 @@ __attribute__((target("avx2"))) float row_max_avx2(const float* s, int64_t C, in
     mask[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits));
   }
   for (int64_t e = 0; e < m; ++e) {
-    const int64_t c = static_cast<int64_t>(cells[e]);
-    if (static_cast<uint64_t>(c) >= static_cast<uint64_t>(C)) {  // negative ids wrap to large ones
+    const float* row = centroid_row(s, C, L, cells[e]);
+    if (!row) {
       bad = true;
       return 0.0f;
     }
-    const float* row = s + c * L;
     for (int v = 0; v < NV; ++v) best[v] = _mm256_max_ps(_mm256_maskload_ps(row + 8 * v, mask[v]), best[v]);
   }
   alignas(32) float out[NV * 8];
@@ -130,12 +136,11 @@ struct RowMaxScalar {
   float operator()(const float* s, int64_t C, int64_t L, const CellT* cells, int64_t m, bool& bad) {
     best.assign(static_cast<size_t>(L), -std::numeric_limits<float>::infinity());
     for (int64_t e = 0; e < m; ++e) {
-      const int64_t c = static_cast<int64_t>(cells[e]);
-      if (static_cast<uint64_t>(c) >= static_cast<uint64_t>(C)) {
+      const float* row = centroid_row(s, C, L, cells[e]);
+      if (!row) {
         bad = true;
         return 0.0f;
       }
-      const float* row = s + c * L;
       for (int64_t i = 0; i < L; ++i) best[i] = row[i] > best[i] ? row[i] : best[i];
     }
     return pairwise_sum(best.data(), L);
