@@ -16,23 +16,29 @@ import numbers
 import torch
 
 from ..packed import check_finite, check_offsets, check_values
-from . import codec, kmeans
+from . import codec, coarse, kmeans
 from .layout import IndexState, derive_lists
 
 ENCODE_BLOCK = 1 << 16  # tokens encoded per step (bounds the float32 scratch at 64K x d)
 
 
-def encode(values: torch.Tensor, centroids: torch.Tensor, cutoffs: torch.Tensor, nbits: int):
+def encode(values: torch.Tensor, centroids: torch.Tensor, cutoffs: torch.Tensor, nbits: int, groups=None,
+           *, fit_groups: bool = True):
     """``(codes [T] int16/int32, residuals [T, W] uint8, squared residual norm sum)`` for
-    ``values [T, d]`` against fixed centroids; blocked so scratch stays ``[ENCODE_BLOCK, d]``."""
+    ``values [T, d]`` against fixed centroids; blocked so scratch stays ``[ENCODE_BLOCK, d]``.
+    Assignment is two-level (:mod:`.coarse`) through `groups`; without them, through groups fitted
+    here to these values where `fit_groups` is set and :func:`.coarse.fit_groups` finds they pay;
+    exact otherwise."""
     t = values.shape[0]
     dev = centroids.device
     codes = torch.empty(t, dtype=codec.code_dtype(centroids.shape[0]), device=dev)
     packed = torch.empty((t, codec.packed_width(values.shape[1], nbits)), dtype=torch.uint8, device=dev)
     sq = 0.0
+    if groups is None and fit_groups:
+        groups = coarse.fit_groups(centroids, values)
     for a in range(0, t, ENCODE_BLOCK):
         x = values[a:a + ENCODE_BLOCK].to(dev).float()
-        best, _ = kmeans.assign(x, centroids)
+        best, _ = kmeans.assign_any(x, centroids, groups)
         r = x - centroids[best]
         sq += float((r * r).sum())
         codes[a:a + x.shape[0]] = best.to(codes.dtype)
@@ -79,9 +85,10 @@ def build_state(values: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, 
     elif not isinstance(normalize_decoded, bool):
         raise TypeError(f"normalize_decoded: expected a bool or None, got {type(normalize_decoded).__name__}")
     centroids = kmeans.kmeans(sample, int(n_centroids), iterations=iterations, seed=seed, progress=progress)
-    best, _ = kmeans.assign(sample, centroids)
+    groups = coarse.fit_groups(centroids, sample, seed=seed)
+    best, _ = kmeans.assign_any(sample, centroids, groups)
     cutoffs, weights = codec.fit_buckets(sample - centroids[best], nbits)
-    codes, residuals, sq = encode(values, centroids, cutoffs, nbits)
+    codes, residuals, sq = encode(values, centroids, cutoffs, nbits, groups, fit_groups=False)
     offsets = offsets.to(dev)
     cells_offsets, cells, ivf_offsets, ivf_docs = derive_lists(codes, offsets, centroids.shape[0])
     ids = ids.to(dev)

@@ -24,6 +24,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import coarse
+
 DEFAULT_ITERATIONS = 4          # ColBERT's kmeans_niters
 POINTS_PER_CENTROID = 256       # fastkmeans' max_points_per_centroid (fast-plaid's create)
 MAX_POINTS_CPU = 1 << 18        # ours: caps of the default sample (see the module docstring)
@@ -75,11 +77,19 @@ def sample_points(values: torch.Tensor, max_points: int, generator: torch.Genera
     return values[pick.to(values.device)].float()
 
 
+def assign_any(points: torch.Tensor, centroids: torch.Tensor, groups=None):
+    """``(best, score)`` as :func:`assign`, through `groups` (a
+    :class:`~.coarse.CentroidGroups` of these centroids) when given: two-level, approximate."""
+    return assign(points, centroids) if groups is None else coarse.assign_grouped(points, groups)
+
+
 def kmeans(points: torch.Tensor, n_centroids: int, *, iterations: int = DEFAULT_ITERATIONS, seed: int = 0,
-           progress=None) -> torch.Tensor:
+           progress=None, two_level: bool = True) -> torch.Tensor:
     """``[C, d]`` float32 unit centroids of ``points [P, d]`` (C = min(n_centroids, P)).
 
     `progress`: optional callable taking one int (iterations done), e.g. a tqdm's ``update``.
+    `two_level`: assign through :mod:`.coarse` (centroids regrouped each iteration) where
+    :func:`.coarse.fit_groups` finds it pays and agrees with exact assignment; False: always exact.
     """
     p, d = points.shape
     c = min(int(n_centroids), p)
@@ -87,7 +97,7 @@ def kmeans(points: torch.Tensor, n_centroids: int, *, iterations: int = DEFAULT_
     x = F.normalize(points.float(), dim=-1)
     cent = x[torch.randperm(p, generator=g)[:c].to(x.device)].clone()
     for _ in range(iterations):
-        best, score = assign(x, cent)
+        best, score = assign_any(x, cent, coarse.fit_groups(cent, x, seed=seed) if two_level else None)
         sums = torch.zeros_like(cent).index_add_(0, best, x)
         counts = torch.bincount(best, minlength=c)
         empty = torch.nonzero(counts == 0).squeeze(1)
