@@ -55,19 +55,20 @@ vectors are, one call per round for a whole batch (:func:`search`). Nothing per 
 the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule): candidates come from the inverted
 lists of the probed centroids.
 
-Measured (``benchmarks/results/recall_default.md``, 2026-12-02 run; 2 shared CPU cores, one
-torch thread; recall of the exact top-10 documents, 64 queries per corpus; prefilters built as an
-index builds a carried one; batches in lockstep, full centroid scores native):
+Measured (``benchmarks/results/recall_default.md``, 2026-12-03 run at 2509fca; 2 shared CPU
+cores, one torch thread; recall of the exact top-10 documents, 64 queries per corpus; prefilters
+built as an index builds a carried one, centroids assigned two-level where it pays; batches in
+lockstep, full centroid scores native):
 
     shape (documents, tokens, d)             recall   PLAID-64   x exact (batch / single)
-    topics-50 (3,000, 239k, 128)             1.000    0.989      4.9 / 5.9
-    topics-1000 (1,500, 120k, 128)           1.000    0.894      1.5 / 2.5
-    topics-2000-d64 (3,000, 241k, 64)        0.988    0.842      1.0 / 1.8
-    long-units (1,000 x 128-256 tok., 128)   0.992    0.953      2.0 / 3.4
-    one-unit-tight (4,000, 159k, 128)        0.997    0.967      2.9 / 5.1
-    topics-1000 at 10,000 (803k, 128)        0.997    0.977      6.1 / 15.8
-    topics-200-d64 at 10,000 (805k, 64)      1.000    0.998      5.1 / 5.0
-    MMLongBench-Doc pages (2,026, 462k, 384) 0.995    0.990      4.6 / 8.2
+    topics-50 (3,000, 239k, 128)             1.000    0.989      3.4 / 6.2
+    topics-1000 (1,500, 120k, 128)           1.000    0.894      1.3 / 3.6
+    topics-2000-d64 (3,000, 241k, 64)        0.988    0.842      0.9 / 1.5
+    long-units (1,000 x 128-256 tok., 128)   0.991    0.950      1.6 / 3.7
+    one-unit-tight (4,000, 159k, 128)        0.998    0.963      2.0 / 5.9
+    topics-1000 at 10,000 (803k, 128)        0.997    0.975      5.5 / 15.9
+    topics-200-d64 at 10,000 (805k, 64)      1.000    0.998      4.0 / 6.8
+    MMLongBench-Doc pages (2,026, 462k, 384) 0.994    0.990      3.0 / 6.7
 
 (below ``PipelineConfig.prefilter_min_tokens`` the default recall does not use a prefilter at
 all; the small shapes measure the forced prefilter's recall).
