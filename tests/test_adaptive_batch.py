@@ -97,6 +97,29 @@ def test_native_full_centroid_scores_give_numpy_s_bits(tokens, cell_dtype):
 
 
 @pytest.mark.skipif(NATIVE is None, reason="native module without full_centroid_scores")
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_native_full_centroid_scores_same_bits_on_any_thread_count(threads):
+    rng = np.random.default_rng(threads)
+    n_cells, n_items, tokens = 500, 5000, 11           # several 1,024-item tasks per thread
+    lens = rng.integers(0, 40, n_items)
+    lens[-1] = 5                                       # the item the bad cell goes to has cells
+    cells_offsets = np.zeros(n_items + 1, np.int64)
+    np.cumsum(lens, out=cells_offsets[1:])
+    cells = rng.integers(0, n_cells, int(cells_offsets[-1])).astype(np.int32)
+    st = rng.standard_normal((n_cells, tokens)).astype(np.float32)
+    pos = np.r_[rng.permutation(n_items - 1), n_items - 1].astype(np.int64)
+    one = NATIVE(st, cells_offsets, cells, pos, num_threads=1)
+    assert np.array_equal(NATIVE(st, cells_offsets, cells, pos, num_threads=threads), one)
+    # a bad cell in the last task is still found, whichever thread reaches it
+    bad = cells.copy()
+    bad[cells_offsets[pos[-1]]:cells_offsets[pos[-1] + 1]] = n_cells
+    with pytest.raises(ValueError, match="cells: centroid out of range"):
+        NATIVE(st, cells_offsets, bad, pos, num_threads=threads)
+    with pytest.raises(ValueError, match="num_threads"):
+        NATIVE(st, cells_offsets, cells, pos, num_threads=0)
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native module without full_centroid_scores")
 def test_native_full_centroid_scores_refuse_out_of_range_input():
     st = np.zeros((4, 3), np.float32)
     offsets, cells = np.array([0, 2, 3], np.int64), np.array([0, 3, 1], np.int64)
