@@ -16,7 +16,7 @@ import numbers
 import torch
 
 from ..packed import check_finite, check_offsets, check_values
-from . import codec, coarse, kmeans
+from . import codec, coarse, kmeans, row_parts
 from .layout import IndexState, derive_lists
 
 ENCODE_BLOCK = 1 << 16  # tokens encoded per step (bounds the float32 scratch at 64K x d)
@@ -25,7 +25,7 @@ ENCODE_BLOCK = 1 << 16  # tokens encoded per step (bounds the float32 scratch at
 def encode(values: torch.Tensor, centroids: torch.Tensor, cutoffs: torch.Tensor, nbits: int, groups=None,
            *, fit_groups: bool = True):
     """``(codes [T] int16/int32, residuals [T, W] uint8, squared residual norm sum)`` for
-    ``values [T, d]`` against fixed centroids; blocked so scratch stays ``[ENCODE_BLOCK, d]``.
+    ``values [T, d]`` (a tensor or a :class:`~.row_parts.RowParts`) against fixed centroids; blocked so scratch stays ``[ENCODE_BLOCK, d]``.
     Assignment is two-level (:mod:`.coarse`) through `groups`; without them, through groups fitted
     here to these values where `fit_groups` is set and :func:`.coarse.fit_groups` finds they pay;
     exact otherwise."""
@@ -37,7 +37,7 @@ def encode(values: torch.Tensor, centroids: torch.Tensor, cutoffs: torch.Tensor,
     if groups is None and fit_groups:
         groups = coarse.fit_groups(centroids, values)
     for a in range(0, t, ENCODE_BLOCK):
-        x = values[a:a + ENCODE_BLOCK].to(dev).float()
+        x = row_parts.rows(values, a, a + ENCODE_BLOCK).to(dev).float()
         best, _ = kmeans.assign_any(x, centroids, groups)
         r = x - centroids[best]
         sq += float((r * r).sum())
@@ -47,7 +47,14 @@ def encode(values: torch.Tensor, centroids: torch.Tensor, cutoffs: torch.Tensor,
 
 
 def check_corpus(values, offsets, name: str = "values") -> tuple[torch.Tensor, torch.Tensor]:
-    """Validated packed ``(values [T, d], offsets [N+1])``: finite, at least one token."""
+    """Validated packed ``(values [T, d], offsets [N+1])``: finite, at least one token. `values`
+    may be a :class:`~.row_parts.RowParts` (checked part by part, never joined)."""
+    if isinstance(values, row_parts.RowParts):
+        if values.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"{name}: expected float32, float16 or bfloat16 values, got {values.dtype}")
+        offsets = check_offsets(offsets, values.shape[0], values.device, "offsets")
+        values.check_finite(name)
+        return values, offsets
     values = check_values(values, name)
     offsets = check_offsets(offsets, values.shape[0], values.device, "offsets")
     check_finite(values, name)

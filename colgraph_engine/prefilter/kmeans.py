@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import coarse
+from . import coarse, row_parts
 
 DEFAULT_ITERATIONS = 4          # ColBERT's kmeans_niters
 POINTS_PER_CENTROID = 256       # fastkmeans' max_points_per_centroid (fast-plaid's create)
@@ -68,13 +68,13 @@ def assign(points: torch.Tensor, centroids: torch.Tensor, block_elems: int | Non
 
 
 def sample_points(values: torch.Tensor, max_points: int, generator: torch.Generator) -> torch.Tensor:
-    """At most `max_points` rows of ``values [T, d]`` chosen uniformly without replacement (all
+    """At most `max_points` rows of ``values [T, d]`` (a tensor or a :class:`~.row_parts.RowParts`) chosen uniformly without replacement (all
     rows when T is smaller), as float32 on `values`' device."""
     t = values.shape[0]
     if t <= max_points:
-        return values.float()
+        return row_parts.rows(values, 0, t).float()
     pick = torch.randperm(t, generator=generator)[:max_points].sort().values
-    return values[pick.to(values.device)].float()
+    return row_parts.take(values, pick).float()
 
 
 def assign_any(points: torch.Tensor, centroids: torch.Tensor, groups=None):

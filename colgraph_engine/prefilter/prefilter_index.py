@@ -31,6 +31,7 @@ from . import build as _build
 from . import codec, persist
 from . import search as _search
 from .layout import IndexState, derive_lists
+from .row_parts import RowParts
 
 DEFAULT_REBUILD_DRIFT = 1.5
 
@@ -49,7 +50,7 @@ def _ids_tensor(ids, n: int, name: str = "ids") -> torch.Tensor:
 
 def _as_packed(docs, offsets, name="documents"):
     if offsets is None:
-        if isinstance(docs, torch.Tensor):
+        if isinstance(docs, (torch.Tensor, RowParts)):
             raise TypeError(f"{name}: a packed [T, d] tensor needs its offsets")
         return pack(docs, name=name)
     return docs, offsets
@@ -71,7 +72,8 @@ class PrefilterIndex:
               device: str | torch.device | None = None, progress: bool = False,
               normalize_decoded: bool | None = None) -> PrefilterIndex:
         """Builds over documents: a sequence of ``[L_i, d]`` tensors, or packed ``values [T, d]``
-        with ``offsets [N+1]``. `ids`: ``[N]`` unique non-negative int64 (default ``0..N-1``).
+        (a tensor, or a :class:`~.row_parts.RowParts` read without joining its parts) with
+        ``offsets [N+1]``. `ids`: ``[N]`` unique non-negative int64 (default ``0..N-1``).
         `device`: where the index lives and k-means runs (default: the values' device).
         `normalize_decoded`: see :func:`.build.build_state` (default: on for unit-vector inputs).
 
@@ -79,7 +81,8 @@ class PrefilterIndex:
         nbits cannot pack, non-finite values or bad ids."""
         values, offsets = _as_packed(documents, offsets)
         values, offsets = _build.check_corpus(values, offsets, "documents")
-        check_no_grad(values, "documents", "the index keeps codes, not autograd graphs")
+        for part in values.parts if isinstance(values, RowParts) else (values,):
+            check_no_grad(part, "documents", "the index keeps codes, not autograd graphs")
         n = offsets.numel() - 1
         ids = torch.arange(n, dtype=torch.int64) if ids is None else _ids_tensor(ids, n)
         opts = dict(nbits=nbits, n_centroids=n_centroids, max_points=max_points, iterations=iterations, seed=seed,

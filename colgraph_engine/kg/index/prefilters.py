@@ -96,6 +96,7 @@ import torch
 
 from ... import _arraydir, _atomic
 from ...prefilter import kmeans
+from ...prefilter.row_parts import RowParts
 from . import prefilter_pieces as _pieces
 
 DEFAULT_STORES = ("segment", "table", "image")  # the recall stores: text side, then image side
@@ -236,7 +237,10 @@ def _gather(values: torch.Tensor, offsets: torch.Tensor, keep: torch.Tensor) -> 
 def contents_after(store, added: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
                    removed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(values [T, d], offsets [N+1], uids [N])``: the live items of PackedStore `store` without
-    the uids `removed`, then `added` ``(values, offsets, uids)``: the store after the change."""
+    the uids `removed`, then `added` ``(values, offsets, uids)``: the store after the change.
+    With additions, `values` is a :class:`~colgraph_engine.prefilter.row_parts.RowParts` over the
+    store's rows and the added ones: a build reads them in place (joining them would copy the
+    whole store, its largest allocation)."""
     snap = store.snapshot()
     keep = torch.nonzero(snap.alive).squeeze(1)
     if removed is not None and removed.numel():
@@ -246,7 +250,7 @@ def contents_after(store, added: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     else:
         (values, offsets), ids = _gather(snap.values, snap.offsets, keep), snap.ids[keep]
     if added is not None and added[2].numel():
-        values = torch.cat([values, added[0].to(values.dtype)])
+        values = RowParts([values, added[0].to(values.dtype)])
         offsets = torch.cat([offsets, added[1][1:] + offsets[-1]])
         ids = torch.cat([ids, added[2]])
     return values, offsets, ids
