@@ -233,7 +233,9 @@ def ours_ingest(a) -> dict:
         for key, seconds in zip(spent, (gen_s, graph_s, embed_s, commit_s)):
             spent[key] += seconds
         del docs, graphs, vecs  # before the next chunk: the peak is one chunk's worth
-        print(json.dumps({"progress": min(a.docs, lo + a.chunk)}), flush=True)
+        m = side.mem()  # the growth per commit, for sizes the memory check must extrapolate to
+        print(json.dumps({"progress": min(a.docs, lo + a.chunk), "commit_s": round(commit_s, 2),
+                          "rss_anon_bytes": m["rss_anon_bytes"], "hwm_bytes": m["hwm_bytes"]}), flush=True)
     return {"documents": len(index), "chunk": a.chunk, "create_s": create_s, **spent,
             "ingest_s": create_s + spent["graph_s"] + spent["commit_s"], "counts": dict(index.counts),
             "rss_after_import_bytes": rss_imported, **side.mem()}
