@@ -16,7 +16,7 @@ LightRAG is not run here: at 100k documents its ``insert_custom_kg`` rewrites it
 every call (see ``lightrag_peer.py``), more time than one session's run allows on 2 cores; the
 side by side at 1k and 10k is ``results/lightrag_peer.md``.
 
-Writes ``results/ours_at_scale.md``, ``.json`` and ``.png`` (``--quick``: 2,000 documents, 10
+Writes ``results/ours_at_scale_<N>k.md``, ``.json`` and ``.png`` (``--quick``: 2,000 documents, 10
 questions, under ``benchmarks/.cache/ours_at_scale``). The index stays under
 ``benchmarks/.cache/ours_at_scale/`` with ``--keep``.
 """
@@ -226,7 +226,7 @@ def main(argv=None) -> None:
     import lightrag_peer as lp
     rep["segment_tokens"] = KnowledgeIndex.open(folder, Encoders.offline(text_dim=lp.TEXT_DIM),
                                                 verify=False).prefilter_info()["stores"]["segment"]["tokens"]
-    name = h.stem("ours_at_scale", args)
+    name = h.stem(f"ours_at_scale_{args.docs // 1000}k" if args.docs % 1000 == 0 else f"ours_at_scale_{args.docs}", args)
     out = h.write(name, f"Our pipeline at {args.docs:,} documents (default vs exact recall, one run)", render(rep),
                   rep, args.out, e=e)
     if out is not None:
