@@ -94,9 +94,13 @@ def _group_means(centroids: torch.Tensor, n_groups: int | None, seed: int) -> to
     return kmeans.kmeans(c, g, iterations=GROUP_ITERATIONS, seed=seed, two_level=False)
 
 
-def _listed(centroids: torch.Tensor, means: torch.Tensor, listed_in: int) -> CentroidGroups:
+def _check_listed_in(listed_in) -> None:
     if isinstance(listed_in, bool) or not isinstance(listed_in, int) or listed_in < 1:
         raise ValueError(f"listed_in: expected a positive int, got {listed_in!r}")
+
+
+def _listed(centroids: torch.Tensor, means: torch.Tensor, listed_in: int) -> CentroidGroups:
+    _check_listed_in(listed_in)
     c = centroids.float()
     g = means.shape[0]
     near = (c @ means.T).topk(min(listed_in, g), dim=1).indices        # [C, L]
@@ -112,9 +116,9 @@ def group_centroids(centroids: torch.Tensor, n_groups: int | None = None, *, lis
                     seed: int = 0) -> CentroidGroups:
     """Groups ``centroids [C, d]`` by seeded k-means into `n_groups` (default
     :func:`default_group_count`), each centroid listed in its `listed_in` nearest groups;
-    deterministic for the same centroids and seed."""
-    if isinstance(listed_in, bool) or not isinstance(listed_in, int) or listed_in < 1:
-        raise ValueError(f"listed_in: expected a positive int, got {listed_in!r}")
+    deterministic for the same centroids and seed. `listed_in` is checked before the grouping
+    work (:func:`_listed` checks it again for its other callers)."""
+    _check_listed_in(listed_in)
     return _listed(centroids, _group_means(centroids, n_groups, seed), listed_in)
 
 
