@@ -18,6 +18,11 @@ import pytest  # noqa: E402
 
 import colgraph_engine as cg  # noqa: E402
 from colgraph_engine import _native, _triton  # noqa: E402
+from colgraph_engine._kernels_name import load_installed_kernels  # noqa: E402
+
+# `python -m pytest` puts the checkout's root first on sys.path, where our kernels/ would hide the
+# installed `kernels` package that transformers imports (tests import transformers directly).
+load_installed_kernels()
 
 NATIVE = pytest.mark.skipif(not _native.available(), reason=f"native module unavailable: {_native.reason_unavailable}")
 TRITON = pytest.mark.skipif(_triton.why_not(torch.device("cuda" if torch.cuda.is_available() else "cpu")) is not None,

@@ -28,6 +28,7 @@ import torch
 
 from ._batching import batches, check_common, check_images, check_texts, pack_list
 from .base import Encoder
+from .._kernels_name import load_installed_kernels
 
 # family -> (model class, processor class) in colpali_engine.models
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -133,6 +134,7 @@ class ColPaliEncoder:
             raise ValueError(f"family: expected one of {sorted(FAMILIES)}, got {family!r}")
         if model_dtype is None:
             model_dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        load_installed_kernels()  # before transformers: a source checkout's kernels/ may hide it
         try:
             import colpali_engine.models as cm
         except ImportError:

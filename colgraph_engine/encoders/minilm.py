@@ -45,6 +45,7 @@ import torch
 from ._batching import batches, check_common, check_texts, pack_list
 from .deferred import Deferred, resolved
 from .base import Encoder
+from .._kernels_name import load_installed_kernels
 
 
 def default_model_path() -> Path:
@@ -69,6 +70,7 @@ class MiniLMEncoder:
     def __init__(self, model_path: str | os.PathLike | None = None, *, max_length: int = 256,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, batch_size: int = 32,
                  normalize: bool = True, sort_by_length: bool = True):
+        load_installed_kernels()  # before transformers: a source checkout's kernels/ may hide it
         from transformers import AutoModel, AutoTokenizer
 
         self.device, self.dtype, self.batch_size = check_common(device, dtype, batch_size)
