@@ -139,3 +139,29 @@ def test_native_full_centroid_scores_refuse_out_of_range_input():
             NATIVE(st, offsets, np.array([0, -1, 1], np.int32), np.array([0], np.int64), isa=isa)
     with pytest.raises(ValueError, match="isa"):
         NATIVE(st, offsets, cells, np.array([0], np.int64), isa="sse9")
+
+
+def test_the_unreached_bound_holds_for_every_item_the_probes_miss(corpus):
+    """The deepening stops only when U_n = Σ_i S[i, order[i, n]] is below s_k - m: check U_n
+    really bounds F of each item none of whose centroids is among any token's n best."""
+    c, idx = corpus
+    h = adaptive._host(idx._state)
+    for q in range(c.q_offsets.numel() - 1):
+        a, b = int(c.q_offsets[q]), int(c.q_offsets[q + 1])
+        s = (c.queries[a:b].float() @ h.centroids.T).numpy()
+        order = np.argsort(-s, axis=1, kind="stable")
+        st = np.ascontiguousarray(s.T)
+        F = adaptive.full_scores_numpy(h, st, h.live)
+        checked = 0
+        for n in (1, 2, 4, 8, 16):
+            reached = np.zeros(s.shape[1], bool)
+            reached[order[:, :n].reshape(-1)] = True
+            hit = np.array([reached[h.cells[h.cells_offsets[p]:h.cells_offsets[p + 1]]].any() for p in h.live])
+            bound = adaptive._unreached_bound(s, order, n)
+            if (~hit).any():
+                assert F[~hit].max() <= bound + 1e-5
+                checked += 1
+            # and never above what an item matching every token's best centroid would score
+            assert bound <= float(s.max(1).sum()) + 1e-5
+        assert checked  # some items stay unreached at the shallow depths
+    assert adaptive._unreached_bound(s, order, s.shape[1]) == float("-inf")

@@ -37,9 +37,13 @@ idea applied to the exact stage):
    worst 0.5). With 1/32 of the candidates first (about 330 there; our choice, the smallest
    share tried that recalled all 120 lists: 1/32, 1/16, 1/8) it was 1.000; on the smaller shapes
    below the share adds little (``first`` already exceeds it);
-5. deepen: ``n`` doubles; the candidates it adds get ``F``; when none reaches ``s_k - m`` the
-   search stops (deeper cells hold items whose tokens sit in centroids the query scores lower
-   still), else step 4 runs again. So the probe depth follows the corpus (mean depth 4-31 over
+5. deepen: ``n`` doubles; the candidates it adds get ``F``; the search stops when none of them
+   reaches ``s_k - m`` **and** no item still unreached can: an item none of whose centroids is
+   among any token's ``n`` best has ``F <= U_n = Σ_i S[i, order[i, n]]`` (each token's
+   ``(n+1)``-th best centroid score), so the stop needs ``U_n < s_k - m``; else step 4 runs
+   again. (The new items alone were the rule before: an item whose tokens each sit just below
+   the probed ranks can outscore every item a deeper probe adds, and that rule never looked
+   for it.) So the probe depth follows the corpus (mean depth 4-31 over
    the shapes measured) and the query (a query whose top documents are near-ties with many
    others probes deeper and scores more);
 6. limits: a query stops, keeping what it scored, once the margin would have it score more than
@@ -226,6 +230,18 @@ def _probe(h: _Host, order: np.ndarray, lo: int, hi: int, seen_cells: np.ndarray
     return cells, pos[h.alive[pos]]
 
 
+def _unreached_bound(s: np.ndarray, order: np.ndarray, n: int) -> float:
+    """An upper bound on ``F`` of every item the first `n` probe ranks did not reach:
+    ``U_n = Σ_i S[i, order[i, n]]`` (-inf once every centroid is probed). Such an item has no
+    centroid among any token's `n` best, so each token's best match over its centroids scores at
+    most that token's (n+1)-th best centroid score."""
+    if n >= s.shape[1]:
+        return float("-inf")
+    if s.shape[0] == 0:
+        return 0.0
+    return float(np.take_along_axis(s, order[:, n:n + 1], 1).sum())
+
+
 def _kth_group(groups: np.ndarray, scores: np.ndarray, k: int) -> tuple[float, int]:
     """``(k-th best group score or -inf, number of groups)`` over scored items."""
     if groups.size == 0:
@@ -270,8 +286,10 @@ def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k:
     t0 = time.perf_counter()
     S = (queries.float().cpu() @ h.centroids.T).numpy()                               # [Tq, C]
     nmax = min(budget.ncells_max, S.shape[1])
-    order = (torch.topk(torch.from_numpy(S), nmax, dim=1).indices.numpy() if S.shape[0]
-             else np.zeros((0, nmax), np.int64))
+    # one rank past the deepest probe: its scores bound every item the probes have not reached
+    ranks = min(nmax + 1, S.shape[1])
+    order = (torch.topk(torch.from_numpy(S), ranks, dim=1).indices.numpy() if S.shape[0]
+             else np.zeros((0, ranks), np.int64))
     sec = {"centroids": time.perf_counter() - t0, "candidates": 0.0, "exact": 0.0}
     q_offsets = torch.as_tensor(qo, dtype=torch.int64)
     steps = [_query_steps(h, S[qo[q]:qo[q + 1]], order[qo[q]:qo[q + 1]], k, groups, budget, nmax, sec)
@@ -379,7 +397,7 @@ def _query_steps(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.
             continue
         fn = full_scores(h, st, new)
         sec["candidates"] += time.perf_counter() - t0
-        if sk > float("-inf") and float(fn.max()) < sk - m:
+        if sk > float("-inf") and float(fn.max()) < sk - m and _unreached_bound(s, order, n) < sk - m:
             converged = True
             break
         cand, F = np.concatenate([cand, new]), np.concatenate([F, fn])
