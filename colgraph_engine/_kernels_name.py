@@ -16,7 +16,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-_OURS = Path(__file__).resolve().parent.parent / "kernels"  # exists only in a source checkout
 
 
 def _resolve(entry: str) -> Path | None:
@@ -26,22 +25,35 @@ def _resolve(entry: str) -> Path | None:
         return None
 
 
-def shadowed() -> bool:
-    """True when ``import kernels`` would load this source tree's ``kernels/`` directory."""
-    if "kernels" in sys.modules or not (_OURS / "__init__.py").is_file():
-        return False
+def _checkout_root() -> Path | None:
+    """The source checkout whose ``kernels/`` ``import kernels`` would load, or None (the name is
+    imported already, or it resolves to something else). Any checkout of this project counts,
+    not only the one this module came from: a script run from a second clone puts that clone's
+    root on the path while the installed package may be another."""
+    if "kernels" in sys.modules:
+        return None
     spec = importlib.machinery.PathFinder.find_spec("kernels")
-    return spec is not None and spec.origin is not None and Path(spec.origin).resolve().parent == _OURS.resolve()
+    if spec is None or spec.origin is None:
+        return None
+    here = Path(spec.origin).resolve().parent
+    root = here.parent
+    ours = here.name == "kernels" and (here / "maxsim.py").is_file() and (root / "colgraph_engine" / "__init__.py").is_file()
+    return root if ours else None
+
+
+def shadowed() -> bool:
+    """True when ``import kernels`` would load a source checkout's ``kernels/`` directory."""
+    return _checkout_root() is not None
 
 
 def load_installed_kernels() -> bool:
     """Import the installed ``kernels`` package (the one ``sys.path`` would reach without the
-    source tree's root) as ``kernels`` if our directory would otherwise shadow it. Returns True
+    checkout's root) as ``kernels`` if our directory would otherwise shadow it. Returns True
     when it did; False when nothing was shadowed or no other ``kernels`` is installed (then
     transformers finds none and does without it)."""
-    if not shadowed():
+    root = _checkout_root()
+    if root is None:
         return False
-    root = _OURS.parent.resolve()
     path = [p for p in sys.path if _resolve(p) != root]
     spec = importlib.machinery.PathFinder.find_spec("kernels", path)
     if spec is None or spec.loader is None:

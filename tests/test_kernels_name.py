@@ -56,3 +56,24 @@ def test_minilm_loads_from_the_checkout_root():
                "v, o = enc.encode_texts(['a red valve'])\n"
                "print(v.shape[1], int(o[-1]) > 0)")
     assert got.splitlines()[-1] == "384 True"
+
+
+def test_a_second_checkouts_root_on_the_path_is_detected_too(tmp_path):
+    # a script run from another clone puts that clone's root first while the installed package is this one
+    import shutil
+    shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
+    (tmp_path / "colgraph_engine").mkdir()
+    shutil.copy(ROOT / "colgraph_engine" / "__init__.py", tmp_path / "colgraph_engine" / "__init__.py")
+    out = subprocess.run([sys.executable, "-c",
+                          "import colgraph_engine._kernels_name as k, sys\n"
+                          f"sys.path.insert(0, {str(tmp_path)!r})\n"
+                          "print(k.shadowed()); print(k.load_installed_kernels())\n"
+                          "import kernels; print(kernels.__file__)"],
+                         cwd=tmp_path.parent, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = out.stdout.split()
+    assert got[0] == "True"
+    if _installed_kernels():
+        assert got[1] == "True" and not pathlib.Path(got[2]).resolve().is_relative_to(tmp_path)
+    else:
+        assert got[1] == "False" and pathlib.Path(got[2]).resolve().is_relative_to(tmp_path)
