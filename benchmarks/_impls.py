@@ -37,6 +37,8 @@ BASELINE = "colpali-engine fp32"  # speedups are colpali_ms / impl_ms against th
 @functools.lru_cache(maxsize=None)
 def _colpali():
     """colpali-engine's processor class, or None when the package is missing."""
+    from colgraph_engine._kernels_name import load_installed_kernels
+    load_installed_kernels()  # this script put the checkout's root, and its kernels/, on sys.path
     try:
         from colpali_engine.utils.processing_utils import BaseVisualRetrieverProcessor
     except ImportError:

@@ -266,6 +266,8 @@ def peer(name: str, section: str):
     if name in _GPU_ONLY and not CUDA and not PEERS_ON_CPU:
         R.rec(section=section, impl=name, skipped="needs CUDA")
         return None
+    from colgraph_engine._kernels_name import load_installed_kernels
+    load_installed_kernels()  # the checkout's root is on sys.path: keep its kernels/ from hiding transformers'
     try:
         return importlib.import_module(_PEER_MODULES[name])
     except Exception as exc:  # not installed, or a missing dependency of it
