@@ -43,7 +43,7 @@ idea applied to the exact stage):
    ``(n+1)``-th best centroid score), so the stop needs ``U_n < s_k - m``; else step 4 runs
    again. (The new items alone were the rule before: an item whose tokens each sit just below
    the probed ranks can outscore every item a deeper probe adds, and that rule never looked
-   for it.) So the probe depth follows the corpus (mean depth 4-31 over
+   for it.) So the probe depth follows the corpus (mean depth 18-40 over
    the shapes measured) and the query (a query whose top documents are near-ties with many
    others probes deeper and scores more);
 6. limits: a query stops, keeping what it scored, once the margin would have it score more than
@@ -59,20 +59,24 @@ vectors are, one call per round for a whole batch (:func:`search`). Nothing per 
 the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule): candidates come from the inverted
 lists of the probed centroids.
 
-Measured (``benchmarks/results/recall_default.md``, 2026-12-03 run at 2509fca; 2 shared CPU
-cores, one torch thread; recall of the exact top-10 documents, 64 queries per corpus; prefilters
-built as an index builds a carried one, centroids assigned two-level where it pays; batches in
-lockstep, full centroid scores native):
+Measured (``benchmarks/results/recall_default.md``, 2026-12-04 run at c3fd1a4, with the
+unreached bound of step 5; 2 shared CPU cores, one torch thread; recall of the exact top-10
+documents, 64 queries per corpus; prefilters built as an index builds a carried one, centroids
+assigned two-level where it pays; batches in lockstep, full centroid scores native):
 
     shape (documents, tokens, d)             recall   PLAID-64   x exact (batch / single)
-    topics-50 (3,000, 239k, 128)             1.000    0.989      3.4 / 6.2
-    topics-1000 (1,500, 120k, 128)           1.000    0.894      1.3 / 3.6
-    topics-2000-d64 (3,000, 241k, 64)        0.988    0.842      0.9 / 1.5
-    long-units (1,000 x 128-256 tok., 128)   0.991    0.950      1.6 / 3.7
-    one-unit-tight (4,000, 159k, 128)        0.998    0.963      2.0 / 5.9
-    topics-1000 at 10,000 (803k, 128)        0.997    0.975      5.5 / 15.9
-    topics-200-d64 at 10,000 (805k, 64)      1.000    0.998      4.0 / 6.8
-    MMLongBench-Doc pages (2,026, 462k, 384) 0.994    0.990      3.0 / 6.7
+    topics-50 (3,000, 239k, 128)             1.000    0.989      2.5 / 4.6
+    topics-1000 (1,500, 120k, 128)           1.000    0.894      1.0 / 2.9
+    topics-2000-d64 (3,000, 241k, 64)        0.988    0.842      0.8 / 1.4
+    long-units (1,000 x 128-256 tok., 128)   0.991    0.950      1.3 / 2.8
+    one-unit-tight (4,000, 159k, 128)        1.000    0.963      1.5 / 4.1
+    topics-1000 at 10,000 (803k, 128)        0.997    0.975      4.8 / 13.2
+    topics-200-d64 at 10,000 (805k, 64)      1.000    0.998      2.9 / 5.1
+    MMLongBench-Doc pages (2,026, 462k, 384) 0.994    0.990      3.5 / 6.5
+
+At 100,000 documents (``benchmarks/results/ours_at_scale_100k.md``: 29M tokens, 65,536
+centroids, the pipeline's default recall against its exact path) the bound took recall of the
+exact top-Kd from 0.963 (worst question 0.20) to 0.995 (worst 0.90).
 
 (below ``PipelineConfig.prefilter_min_tokens`` the default recall does not use a prefilter at
 all; the small shapes measure the forced prefilter's recall).
