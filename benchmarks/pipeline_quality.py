@@ -82,8 +82,8 @@ VARIANTS = {  # name -> PipelineConfig changes (None: plain page MaxSim); b is t
     "j: graph+chunks filter=mkg": {"filter": "mkg"},
     "k: graph+chunks name-token seeds": {"seed_match": "names"},
     "l: graph+chunks description seeds": {"seed_match": "descriptions"},
-    "n: graph+chunks beta=0.25": {"graph_weight": 0.25},
-    "o: graph+chunks beta=1": {"graph_weight": 1.0},
+    "n: graph+chunks beta=0.5": {"graph_weight": 0.5},
+    "o: graph+chunks beta=2": {"graph_weight": 2.0},
     POOLED: {"visual_ranker": "pooled"},
 }
 GROUPS = ("all", "image-bearing", "cross-page", "text-only")

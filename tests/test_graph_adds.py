@@ -77,18 +77,18 @@ def maxsim(question, text):
 
 def oracle_lexical(index, question, kg):
     """σ of the documented lexical rule over every entity of the index (kd = 3 recalls all three
-    documents): ``{name terms: (σ, entity nodes)}`` of the top-kg name groups."""
+    documents; the index has segments and no tables): ``{name terms: (σ, entity nodes)}`` of the
+    top-kg name groups."""
     g = index.graph
     ents = {}
     for v in np.flatnonzero(g.node_kind == NodeKind.ENTITY).tolist():
         t = terms(index.describe_node(v)["name"])
         if t:
             ents.setdefault(t, []).append(v)
-    df = {}
-    for t in ents:
-        for w in t:
-            df[w] = df.get(w, 0) + 1
-    idf2 = {w: math.log(1 + len(ents) / c) ** 2 for w, c in df.items()}
+    # rarity over the text units (here the seven segments) of the recalled documents
+    units = [set(terms(t)) for t in segments(index).values()]
+    vocab = {w for t in ents for w in t}
+    idf2 = {w: math.log(1 + len(units) / max(1, sum(w in u for u in units))) ** 2 for w in vocab}
     qt = set(terms(question))
     qn = math.sqrt(sum(idf2[w] for w in qt if w in idf2))
     sig = {}
@@ -119,7 +119,7 @@ def test_no_seed_from_a_stop_word_or_an_opener(index):
 @pytest.mark.parametrize("question", ["How many employees did Vornik Systems report?",
                                       "Where was Acme Robotics founded, and who supplies its motors?"])
 def test_sources_follow_the_documented_rule(index, question):
-    cfg = dict(hops=0, seed_match="lexical", evidence_k=6, chunks_k=3, graph_weight=0.5)
+    cfg = dict(hops=0, seed_match="lexical", evidence_k=6, chunks_k=3, graph_weight=0.75)
     r = run(index, question, **cfg)
     sig = oracle_lexical(index, question, 10)
     assert r.seed_entities and {tuple(terms(n)) for n in r.seed_entities} == set(sig)
@@ -137,7 +137,7 @@ def test_sources_follow_the_documented_rule(index, question):
     m = {u: maxsim(question, t) for u, t in segs.items()}
     ranked = sorted(m.values(), reverse=True)
     top, kth = ranked[0], ranked[cfg["chunks_k"] - 1]
-    want = {u: (m[u] - kth) / (top - kth) + 0.5 * support.get(u, 0.0) / mass for u in segs}
+    want = {u: (m[u] - kth) / (top - kth) + cfg["graph_weight"] * support.get(u, 0.0) / mass for u in segs}
     order = sorted(want, key=lambda u: (-want[u], u))[:cfg["evidence_k"]]
     got = [s["node"] for s in r.evidence.sources]
     assert got == order
@@ -172,7 +172,7 @@ def test_one_hop_reaches_the_page_of_a_related_entity(index):
     page = next(u for u, t in segments(index).items() if t.startswith("Vornik Systems reported"))
     s0 = {s["node"]: s["score"] for s in h0.evidence.sources}[page]
     s1 = {s["node"]: s["score"] for s in h1.evidence.sources}[page]
-    assert s1 - s0 == pytest.approx(0.5 * GAMMA * 1 / 2, abs=1e-6)  # β · a
+    assert s1 - s0 == pytest.approx(PipelineConfig().graph_weight * GAMMA * 1 / 2, abs=1e-6)  # β · a
     # hop-1 entities join the subgraph at hop 1; the seeds at hop 0
     kinds = index.graph.node_kind[h1.subgraph_nodes]
     at_hop1 = h1.subgraph_nodes[(h1.subgraph_hops == 1) & (kinds == NodeKind.ENTITY)]
@@ -212,3 +212,41 @@ def test_batch_equals_single(index):
 def test_bad_settings(changes, exc, match):
     with pytest.raises(exc, match=match):
         PipelineConfig(**changes)
+
+
+def test_rarity_counts_the_pages_not_the_names():
+    """"report" is on every page but the name of one entity; "turbine" is on one page only. Counted
+    over names both would be as rare (one name each), and the one-word name "Report" would match the
+    question best (cosine of idf-weighted term sets); counted over the text units, the common word
+    weighs ln(1 + 5/5) against ln(1 + 5/1), and the seed is the turbine."""
+    pages = [("The annual report covers the Zephyr turbine and its output.",
+              records([("Zephyr turbine", "product", "A wind turbine.")])),
+             ("This report was reviewed by the board.", records([("Report", "concept", "The report.")])),
+             ("Sales in the report grew.", records([])),
+             ("The report lists the staff.", records([])),
+             ("A closing note of the report.", records([]))]
+    idx = KnowledgeIndex(ENC)
+    idx.add_documents([doc("zephyr", pages)])
+    r = Pipeline(idx, ENC, PipelineConfig(kd=1, seed_match="lexical")).retrieve(
+        "What does the report say about the turbine?")
+    assert r.seed_entities[0] == "Zephyr turbine"
+    assert r.seed_entities.index("Report") > 0
+
+
+def test_name_tables_keep_a_bounded_number_of_documents(index):
+    """The per-view name table drops the least recently recalled document beyond its cap and
+    rebuilds it, unchanged, when a query recalls it again."""
+    from colgraph_engine.pipeline.graph_adds import NameTable
+    from colgraph_engine.pipeline.view import IndexView
+
+    table = NameTable(IndexView(index), max_docs=2)
+    numbers = [int(n) for n in table.view.numbers]
+    first = table.doc(numbers[0])
+    table.doc(numbers[1])
+    table.doc(numbers[0])  # now the most recent
+    table.doc(numbers[2])  # evicts numbers[1]
+    assert list(table.docs) == [numbers[0], numbers[2]]
+    assert table.doc(numbers[0]) is first  # kept, and the most recent again
+    again = table.doc(numbers[1])  # evicts numbers[2]
+    assert list(table.docs) == [numbers[0], numbers[1]]
+    assert again.terms == NameTable(IndexView(index)).doc(numbers[1]).terms

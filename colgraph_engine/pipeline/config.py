@@ -126,7 +126,7 @@ class PipelineConfig:
             costs seconds on a document's first query; on the dev set the lexical match alone
             scored as well (``benchmarks/results/pipeline_quality.md``).
         graph_weight: β of ``"graph+chunks"``, the weight of graph support against the unit's
-            normalised MaxSim (ours: 0.5).
+            normalised MaxSim (ours: 1, equal weight; see :mod:`.graph_adds`).
         kg: entities and relations retrieved per query (mKG-RAG: 10 each).
         hops: expansion depth l in [0, 3] (mKG-RAG: 1).
         filter: ``"off"`` (mKG-RAG's released configuration), ``"mkg"`` (its code's rule) or
@@ -168,7 +168,7 @@ class PipelineConfig:
     text_weight: float = 0.5
     retrieval: str = "graph+chunks"
     seed_match: str = "auto"
-    graph_weight: float = 0.5
+    graph_weight: float = 1.0
     chunks_k: int = 10
     kg: int = 10
     hops: int = 1

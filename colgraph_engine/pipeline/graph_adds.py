@@ -7,9 +7,14 @@ re-ranks it; it never narrows it.
   four letters or more, with :data:`STOP_WORDS` (function words, question words and the words
   that open sentences: "using", "derived", "the", "we", ...) removed. An entity whose name has no
   term left can never be a seed, nor can a stop word of the question seed anything.
-* rarity: ``idf(t) = ln(1 + N / df(t))`` over the entity names of D(q) only (N distinct names,
-  counted once per alias group; df(t) of them holding t), so the cost grows with the recalled
-  documents, never with the corpus.
+* rarity: ``idf(t) = ln(1 + N / max(1, df(t)))`` over the text units (segments and tables) of
+  D(q): N units, df(t) of them holding t: the units the question is ranked over, so "report" or
+  "percentage" (on most pages, rarely a name) weigh little and "pseudocode" (on one page) much.
+  Each document's unit term counts are taken the first time a query recalls it, so the cost grows
+  with the recalled documents, never with the corpus. (Ours; until 2026-12-04 the rarity was
+  counted over D(q)'s entity names, which rated a common word that is seldom a name as rare and
+  let seeds like "report" or "format" take the support; the dev-set figures before and after are
+  in ``benchmarks/results/pipeline_quality.md`` and its history.)
 * lexical match: ``lex(e) = Σ_{t ∈ T(e) ∩ T(q)} idf(t)² / (‖T(e)‖ · ‖T(q) ∩ V‖)`` with
   ``‖T‖ = sqrt(Σ_{t ∈ T} idf(t)²)`` and V the terms of D(q)'s names: the cosine of idf-weighted
   term sets, so a long run of capitalised words matching one question word scores low.
@@ -46,8 +51,8 @@ page that mentions most of them nearly half of what naming the seed gives.
 with m(u) the unit's own MaxSim (question tokens vs its tokens for text units; the visual
 ranker's score for images), m_(1) and m_(k) the best and the k-th best m of the query's units
 (k = ``chunks_k`` for text, ``k`` for images; the divisor is 1 where they are equal) and
-β = ``graph_weight`` (ours: 0.5, so full support lifts a unit by half the spread of the chunk
-list's top k). The candidates are every segment and table of D(q), the chunk ranking's own
+β = ``graph_weight`` (ours: 1, so full support weighs as much as the spread of the chunk list's
+top k: the two signals on one scale, neither tuned above the other; 0.5 until 2026-12-04). The candidates are every segment and table of D(q), the chunk ranking's own
 candidates, so a unit the chunks would keep is only ever displaced by a unit with more support,
 and one no seed reaches keeps its MaxSim order. The sources are the top ``evidence_k`` by
 score; E_k the top ``k`` images. An image's g(x) is the larger of its segment's g and
@@ -63,6 +68,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +80,7 @@ from ..packed import pack
 from .scoring import order_desc, score_node_lists
 
 GAMMA = 0.5
+MAX_CACHED_DOCS = 4096  # ours: documents whose name tables a view keeps (a few MB at report scale)
 TOKEN_MATCH = 0.9
 
 # Ours: English function words, question words, auxiliaries, and the words that open sentences
@@ -114,36 +122,67 @@ class _DocNames:
     terms: list                # [n] tuples of terms
     segments: list             # [n] int64 arrays: segment nodes of each entity's provenance
     tokens: tuple | None = None  # packed name token vectors (values, offsets), encoded on demand
+    unit_df: dict | None = None  # term -> how many of the document's text units hold it
+    n_units: int = 0             # the document's text units (segments and tables)
 
 
 class NameTable:
     """Per view: each document's entity names as terms and provenance segments, built the
-    first time a query recalls the document (never for the whole corpus at once)."""
+    first time a query recalls the document (never for the whole corpus at once). At most
+    `max_docs` documents are kept (least recently recalled dropped first), so a long-lived
+    service's memory is bounded whatever the corpus size."""
 
-    def __init__(self, view):
+    def __init__(self, view, max_docs: int = MAX_CACHED_DOCS):
         self.view = view
-        self.docs: dict[int, _DocNames] = {}
+        self.max_docs = int(max_docs)
+        self.docs: OrderedDict[int, _DocNames] = OrderedDict()
+        self._lock = threading.Lock()
 
     def doc(self, number: int) -> _DocNames:
         number = int(number)
-        if number not in self.docs:
+        with self._lock:
+            got = self.docs.get(number)
+            if got is not None:
+                self.docs.move_to_end(number)
+                return got
+        built = self._build(number)
+        with self._lock:  # a racing query may have built it too: keep the first
+            got = self.docs.setdefault(number, built)
+            while len(self.docs) > self.max_docs:
+                self.docs.popitem(last=False)
+        return got
+
+    def _build(self, number: int) -> _DocNames:
+        view = self.view
+        nodes = view.nodes_of_docs(np.asarray([number], np.int64), NodeKind.ENTITY)
+        names = view.graph.node_names
+        keep, ts, segs = [], [], []
+        first_seg = int(view.node_first[int(np.searchsorted(view.numbers, number))]) + 1
+        for v in nodes.tolist():
+            t = terms(names[v]) if names is not None else terms(view.index.describe_node(v)["name"])
+            if not t:
+                continue  # a name of stop words and openers only: never a seed
+            keep.append(v)
+            ts.append(t)
+            prov = view.index.node_segments(v)
+            segs.append(np.asarray([first_seg + int(o) for o in prov], np.int64))
+        keep = np.asarray(keep, np.int64)
+        a = view.alias_of[keep] if keep.size else np.zeros(0, np.int64)
+        return _DocNames(keep, np.where(a >= 0, a, -(keep + 1)), ts, segs)
+
+    def unit_frequencies(self, number: int) -> tuple[dict, int]:
+        """``(df, n)``: for each term, how many of the document's text units (segments and tables)
+        hold it, and the number of units (counted the first time a query recalls the document)."""
+        d = self.doc(number)
+        if d.unit_df is None:
             view = self.view
-            nodes = view.nodes_of_docs(np.asarray([number], np.int64), NodeKind.ENTITY)
-            names = view.graph.node_names
-            keep, ts, segs = [], [], []
-            first_seg = int(view.node_first[int(np.searchsorted(view.numbers, number))]) + 1
-            for v in nodes.tolist():
-                t = terms(names[v]) if names is not None else terms(view.index.describe_node(v)["name"])
-                if not t:
-                    continue  # a name of stop words and openers only: never a seed
-                keep.append(v)
-                ts.append(t)
-                prov = view.index.node_segments(v)
-                segs.append(np.asarray([first_seg + int(o) for o in prov], np.int64))
-            keep = np.asarray(keep, np.int64)
-            a = view.alias_of[keep] if keep.size else np.zeros(0, np.int64)
-            self.docs[number] = _DocNames(keep, np.where(a >= 0, a, -(keep + 1)), ts, segs)
-        return self.docs[number]
+            units = np.concatenate([view.nodes_of_docs(np.asarray([number], np.int64), k) for k in TEXT_UNITS])
+            df: dict[str, int] = {}
+            for v in units.tolist():
+                for t in terms(view.index.describe_node(v)["text"] or ""):
+                    df[t] = df.get(t, 0) + 1
+            d.unit_df, d.n_units = df, int(units.size)
+        return d.unit_df, d.n_units
 
     def name_tokens(self, number: int, encoder) -> tuple[torch.Tensor, torch.Tensor]:
         """Packed token vectors of the document's entity names (one encoder call per document,
@@ -195,24 +234,16 @@ def name_seeds(view, questions: list[str], text_q, docs: list[np.ndarray], kg: i
             continue
         keys = np.concatenate([p.keys for p in per])
         tlist = [t for p in per for t in p.terms]
-        # document frequency over distinct names (one per alias group)
-        df: dict[str, int] = {}
-        seen = set()
-        for k, t in zip(keys.tolist(), tlist):
-            if k in seen:
-                continue
-            seen.add(k)
-            for w in t:
-                df[w] = df.get(w, 0) + 1
-        n = len(seen)
-        idf2 = {w: math.log(1.0 + n / c) ** 2 for w, c in df.items()}
+        # only names sharing a term with the question can score: rarity for their terms alone
+        hits = [j for j, t in enumerate(tlist) if not qt.isdisjoint(t)]
+        vocab = {w for j in hits for w in tlist[j]}
+        idf2 = _unit_idf2(table, docs[i], vocab)
         qnorm = math.sqrt(sum(idf2[w] for w in qt if w in idf2))
         lex = np.zeros(nodes.size, np.float32)
         if qnorm > 0:
-            for j, t in enumerate(tlist):
-                hit = sum(idf2[w] for w in t if w in qt)
-                if hit:
-                    lex[j] = hit / (math.sqrt(sum(idf2[w] for w in t)) * qnorm)
+            for j in hits:
+                t = tlist[j]
+                lex[j] = sum(idf2[w] for w in t if w in qt) / (math.sqrt(sum(idf2[w] for w in t)) * qnorm)
         sigma = lex
         if match == "names" and token_encoder is not None:
             tok = np.concatenate([_name_maxsim(table.name_tokens(num, token_encoder), qv[qo[i]:qo[i + 1]])
@@ -234,6 +265,13 @@ def name_seeds(view, questions: list[str], text_q, docs: list[np.ndarray], kg: i
         scores.append(sigma[top])
         groups.append([nodes[group == group[j]] for j in top.tolist()])
     return NameSeeds(ents, scores, ncand, groups)
+
+
+def _unit_idf2(table: NameTable, numbers: np.ndarray, vocab: set) -> dict[str, float]:
+    """``{t: idf(t)²}`` for the terms `vocab`, counted over the text units of documents `numbers`."""
+    freq = [table.unit_frequencies(n) for n in numbers.tolist()]
+    n_units = sum(n for _, n in freq)
+    return {w: math.log(1.0 + n_units / max(1, sum(df.get(w, 0) for df, _ in freq))) ** 2 for w in vocab}
 
 
 def _name_maxsim(packed, q: torch.Tensor) -> np.ndarray:
