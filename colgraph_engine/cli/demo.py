@@ -33,7 +33,10 @@ def cmd_demo(args) -> int:
         Query("Where does this animal live?", image=cat_crop, caption="a tabby cat on a sill")]
     pipe = Pipeline(index, enc, PipelineConfig(kd=3), device=args.device)
     results = pipe.retrieve_batch(queries)
-    pooled = Pipeline(index, enc, PipelineConfig(kd=3, visual_ranker="pooled"), device=args.device).retrieve(queries[0])
+    # the rankers side by side on their own scores: graph support off (β = 0) in both
+    rankers = [Pipeline(index, enc, PipelineConfig(kd=3, graph_weight=0.0, visual_ranker=v), device=args.device
+                        ).retrieve(queries[0]) for v in ("maxsim", "pooled")]
+    pooled = rankers[1]
     if args.json:
         print(json.dumps({"index": str(out), "encoders": str(spec), "counts": index.counts,
                           "results": [r.as_dict() for r in results],
@@ -43,8 +46,9 @@ def cmd_demo(args) -> int:
         for r in results:
             print_result(r)
             print()
-        m, p = ([h for h in r.images if h.kind == "image"] for r in (results[0], pooled))
-        print("MaxSim vs pooled visual ranking, first question, whole images (same candidates, same text views):")
+        m, p = ([h for h in r.images if h.kind == "image"] for r in rankers)
+        print("MaxSim vs pooled visual ranking, first question, whole images (same candidates, same text views, "
+              "graph support off):")
         print("  MaxSim: " + ", ".join(f"{h.image} {h.score:.3f}" for h in m))
         print("  pooled: " + ", ".join(f"{h.image} {h.score:.3f}" for h in p))
         if m[0].image == p[0].image:
