@@ -213,9 +213,18 @@ def _image_chunks(graph: DocumentGraph, store: str, enc, jobs: list[tuple[int, i
         release_freed_memory()
 
 
-def _text_chunks(texts: list[str], enc):
+def _text_chunks(texts: list[str], enc, known: dict | None = None):
+    """`enc` over `texts`, :data:`TEXT_CHUNK` at a time; a text in `known` (text -> its ``[L, d]``
+    vectors from the same encoder) is not encoded again: a page render's text view is its
+    segment's text, and one MiniLM pass over it is half the tokens role's time."""
     for start in range(0, len(texts), TEXT_CHUNK):
-        yield enc(texts[start:start + TEXT_CHUNK])
+        chunk = texts[start:start + TEXT_CHUNK]
+        if not known:
+            yield enc(chunk)
+            continue
+        todo = [t for t in dict.fromkeys(chunk) if t not in known]
+        fresh = dict(zip(todo, enc(todo))) if todo else {}
+        yield [known[t] if t in known else fresh[t] for t in chunk]
 
 
 def _pack(chunks, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -435,6 +444,7 @@ def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemV
     minilm = _span_minilm(encoders) if encoders.text is not None else None
     spans = _span_pass(graph, minilm, encoders.tokens.dim) if minilm is not None else None
     out = {}
+    known = None  # segment text -> its token vectors, for the other tokens-role stores
     for store, (role, _) in STORES.items():
         enc = getattr(encoders, role)
         if enc is None:
@@ -456,7 +466,10 @@ def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemV
             elif store == "segment" and spans is not None:
                 values, offsets = spans.values, spans.offsets
             else:
-                values, offsets = _pack(_text_chunks(texts, enc), enc.dim)
+                values, offsets = _pack(_text_chunks(texts, enc, known), enc.dim)
+            if store == "segment":
+                o = offsets.tolist()
+                known = {t: values[o[i]:o[i + 1]] for i, t in enumerate(texts)}
             del texts
         out[store] = ItemVectors(ids, values.contiguous(), offsets)
     return out
