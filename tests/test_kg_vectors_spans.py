@@ -19,7 +19,9 @@ TEXT = ("Kestrel Dynamics built the Orrin Bridge over the  Vale River in 1931.\n
 
 @pytest.fixture(scope="module")
 def minilm():
-    return MiniLMEncoder(batch_size=4)
+    # float32: these tests check the rules against the model by hand (bfloat16 document encoding
+    # is tested in test_encoder_precision.py)
+    return MiniLMEncoder(batch_size=4, compute="float32")
 
 
 def _hidden(m: MiniLMEncoder, text: str) -> tuple[torch.Tensor, list]:

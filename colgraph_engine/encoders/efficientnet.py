@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from ._batching import batches, check_common, check_images, pack_list
 from .base import Encoder
 from .deferred import Deferred, resolved
+from .precision import autocast, check_compute
 
 DIM = 1280  # EfficientNet-Lite0's last feature map
 
@@ -55,13 +56,16 @@ class EfficientNetPatchEncoder:
         weights_path: the ``.pth`` file (default: the packaged ImageNet weights).
         device, dtype: where the model runs and the dtype of returned vectors.
         batch_size: images per forward pass.
+        compute: the precision of the forward pass (``"auto"``, ``"float32"``, ``"bfloat16"``;
+            :mod:`~colgraph_engine.encoders.precision`); :meth:`classify` always runs in float32.
     """
 
     def __init__(self, grid: int = 7, *, weights_path: str | None = None, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, batch_size: int = 16):
+                 dtype: torch.dtype = torch.float32, batch_size: int = 16, compute: str = "auto"):
         if grid not in (7, 14):
             raise ValueError(f"grid: expected 7 or 14, got {grid!r}")
         self.device, self.dtype, self.batch_size = check_common(device, dtype, batch_size)
+        self.compute = check_compute(compute)
         try:
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError:
@@ -79,7 +83,8 @@ class EfficientNetPatchEncoder:
         x = torch.stack([torch.from_numpy(np.array(im, dtype=np.uint8, copy=True)).permute(2, 0, 1) for im in
                          (im.resize((self.side, self.side), resample=3) for im in images)])  # bicubic
         x = ((x.float() / 255.0 - _MEAN) / _STD).to(self.device)
-        fmap = self.model.extract_features(x)  # [B, 1280, g, g]
+        with autocast(self.compute, self.device):
+            fmap = self.model.extract_features(x)  # [B, 1280, g, g]
         return fmap.flatten(2).transpose(1, 2).float().cpu()
 
     def patch_vectors(self, images, *, progress: bool = False) -> list[torch.Tensor]:

@@ -44,6 +44,7 @@ import torch
 
 from ._batching import batches, check_common, check_texts, pack_list
 from .deferred import Deferred, resolved
+from .precision import autocast, check_compute
 from .base import Encoder
 from .._kernels_name import load_installed_kernels
 
@@ -61,6 +62,9 @@ class MiniLMEncoder:
         model_path: folder with the model (default: the packaged all-MiniLM-L6-v2).
         max_length: word pieces per text, [CLS]/[SEP] included (<= 512; the model saw 256).
         device, dtype: where the model runs and the dtype of returned vectors.
+        compute: the precision of the forward pass, ``"auto"`` (bfloat16 for document encoding
+            where the device computes it natively, float32 otherwise and for questions),
+            ``"float32"`` or ``"bfloat16"`` (:mod:`~colgraph_engine.encoders.precision`).
         batch_size: texts per forward pass.
         normalize: L2-normalise token vectors.
         sort_by_length: batch the texts of a call in order of length (see the module docstring);
@@ -69,11 +73,12 @@ class MiniLMEncoder:
 
     def __init__(self, model_path: str | os.PathLike | None = None, *, max_length: int = 256,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, batch_size: int = 32,
-                 normalize: bool = True, sort_by_length: bool = True):
+                 normalize: bool = True, sort_by_length: bool = True, compute: str = "auto"):
         load_installed_kernels()  # before transformers: a source checkout's kernels/ may hide it
         from transformers import AutoModel, AutoTokenizer
 
         self.device, self.dtype, self.batch_size = check_common(device, dtype, batch_size)
+        self.compute = check_compute(compute)
         if isinstance(max_length, bool) or not isinstance(max_length, int) or not 3 <= max_length <= 512:
             raise ValueError(f"max_length: expected an int in [3, 512], got {max_length!r}")
         if not isinstance(sort_by_length, bool):
@@ -92,7 +97,8 @@ class MiniLMEncoder:
         """``(hidden [B, L, d] float32, attention [B, L] bool, special [B, L] bool)`` of a padded batch."""
         special = enc.pop("special_tokens_mask").bool()
         enc = {k: v.to(self.device) for k, v in enc.items()}
-        hidden = self.model(**enc).last_hidden_state.float()  # [B, L, d]
+        with autocast(self.compute, self.device):
+            hidden = self.model(**enc).last_hidden_state.float()  # [B, L, d]
         return hidden, enc["attention_mask"].bool().cpu(), special
 
     def _batches(self, texts: list[str], progress: bool, desc: str):

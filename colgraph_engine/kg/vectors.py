@@ -438,9 +438,18 @@ def encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemV
 
     Memory: images are decoded :data:`IMAGE_CHUNK` at a time and token stores are encoded
     :data:`TEXT_CHUNK` texts at a time and packed without a second full copy (see :func:`_pack`),
-    so the peak is about the document's vectors plus one chunk."""
+    so the peak is about the document's vectors plus one chunk.
+
+    The encoders' calls run as document encoding (:func:`~colgraph_engine.encoders.precision.bulk`):
+    model encoders left at ``compute="auto"`` use bfloat16 here where the hardware has it."""
     if not isinstance(encoders, Encoders):
         raise TypeError(f"encoders: expected Encoders, got {type(encoders).__name__}")
+    from ..encoders.precision import bulk
+    with bulk():
+        return _encode_document(graph, encoders)
+
+
+def _encode_document(graph: DocumentGraph, encoders: Encoders) -> dict[str, ItemVectors]:
     minilm = _span_minilm(encoders) if encoders.text is not None else None
     spans = _span_pass(graph, minilm, encoders.tokens.dim) if minilm is not None else None
     out = {}
