@@ -15,15 +15,13 @@ Rows, all measured in this one run on the same pages:
   over the whole process (model loading included);
 * **phases** (in this process, models loaded once): the reader (text layer + fonts, page render
   with its PNG spool, embedded images), extraction + graph building, MiniLM (the ``text`` role:
-  entity and relation pooled vectors, and the ``tokens`` role: segments and image text views, in
-  one ``encode_document`` call), EfficientNet (page and embedded images) and the index write
-  (``add_documents``, one commit per document). MiniLM runs twice per document, alternating,
-  under each item rule of :mod:`colgraph_engine.kg.vectors`: ``before`` = ``direct`` (every
-  entity and relation text through the model, the rule up to this change) and ``after`` =
-  ``spans`` (items pooled from the segment pass where their description is a span of it). The
-  token stores must agree between the two (max abs difference); the entity and relation vectors
-  differ by design (their mean cosine is reported; retrieval quality is checked by
-  ``pipeline_quality.py``). The index is written with the ``spans`` vectors.
+  entity and relation vectors under the ``spans`` item rule, and the ``tokens`` role: segments and
+  image text views, in one ``encode_document`` call), EfficientNet (page and embedded images) and
+  the index write (``add_documents``, one commit per document). Both models run twice per
+  document, alternating, once per compute precision (:mod:`colgraph_engine.encoders.precision`):
+  ``float32`` (the models as they ship) and ``auto`` (the default: bfloat16 for documents where
+  the CPU has it natively, else float32). Every store is compared between the two (cosine per
+  vector, lowest and mean); the index is written with the ``auto`` vectors.
 
 Seconds are wall time and, beside them, this process's CPU time (both cores count), which a
 busy shared machine inflates less. Writes ``results/ingest_speed.md``, ``.json`` and ``.png``
@@ -105,26 +103,29 @@ def phases_run(pdfs, tmp: pathlib.Path) -> dict:
     index write (the spans rule's vectors)."""
     import torch
 
-    from colgraph_engine.encoders import EfficientNetPatchEncoder, MiniLMEncoder
+    from colgraph_engine.encoders import EfficientNetPatchEncoder, MiniLMEncoder, precision
     from colgraph_engine.ingest.process import _build_one, _report_of
     from colgraph_engine.ingest.readers import read_path
     from colgraph_engine.kg import Encoders, KnowledgeIndex
     from colgraph_engine.kg.extract import PhraseExtractor
-    from colgraph_engine.kg.vectors import encode_document, span_ranges
+    from colgraph_engine.kg.vectors import encode_document
 
     t = time.perf_counter()
-    minilm = MiniLMEncoder()  # the ``models`` set's MiniLM, one model for both rules
-    tokens = minilm.token_encoder()
-    rules = {"before": Encoders(text=minilm.text_encoder("direct"), tokens=tokens),
-             "after": Encoders(text=minilm.text_encoder("spans"), tokens=tokens)}
-    images = Encoders(patches=EfficientNetPatchEncoder().patch_encoder())
+    variants = ("float32", "auto")
+    rules, images = {}, {}
+    for c in variants:
+        minilm = MiniLMEncoder(compute=c)  # the ``models`` set's MiniLM and EfficientNet
+        rules[c] = Encoders(text=minilm.text_encoder("spans"), tokens=minilm.token_encoder())
+        images[c] = Encoders(patches=EfficientNetPatchEncoder(compute=c).patch_encoder())
     load_s = time.perf_counter() - t
-    index = KnowledgeIndex.create(tmp / "phases-index", Encoders(text=rules["after"].text, tokens=tokens,
-                                                                 patches=images.patches))
-    phases = {"before": {}, "after": {}}
+    with precision.bulk():
+        doc_dtype = str(precision.forward_dtype("auto", torch.device("cpu"))).replace("torch.", "")
+    index = KnowledgeIndex.create(tmp / "phases-index", Encoders(text=rules["auto"].text, tokens=rules["auto"].tokens,
+                                                                 patches=images["auto"].patches))
+    phases = {c: {} for c in variants}
     shared: dict = {}
-    count = {"pages": 0, "images": 0, "texts": 0, "items": 0, "spans": 0}
-    diff = {"segment": 0.0, "cos_sum": 0.0}
+    count = {"pages": 0, "images": 0, "texts": 0}
+    cosines: dict[str, list] = {}
     for n, p in enumerate(pdfs):
         with Clock(shared, "read (total)"):
             r = read_path(p, doc_id=p.name)
@@ -136,45 +137,35 @@ def phases_run(pdfs, tmp: pathlib.Path) -> dict:
         count["pages"] += rep.pages
         count["images"] += rep.images
         got = {}
-        order = ("before", "after") if n % 2 == 0 else ("after", "before")  # a noisy neighbour hits both
+        order = variants if n % 2 == 0 else variants[::-1]  # a noisy neighbour hits both
         for variant in order:
             with Clock(phases[variant], "minilm (text + tokens roles)"):
                 got[variant] = encode_document(graph, rules[variant])
-        with Clock(shared, "efficientnet"):
-            vectors = encode_document(graph, images)
-        _compare(got, graph, span_ranges, count, diff)
-        vectors.update(got["after"])
+            with Clock(phases[variant], "efficientnet"):
+                got[variant].update(encode_document(graph, images[variant]))
+        _compare(got, count, cosines)
+        vectors = got["auto"]
         graph.pixels = {}
         with Clock(shared, "index write"):
             index.add_documents([graph], [vectors])
         del r, graph, got, vectors
-    return {**count, "load_seconds": load_s, "shared": shared, "encode": phases, "max_abs_diff": diff["segment"],
-            "mean_cos_spans_vs_direct": diff["cos_sum"] / max(count["spans"], 1),
-            "torch_threads": torch.get_num_threads()}
+    cos = {k: {"min": float(torch.cat(v).min()), "mean": float(torch.cat(v).mean()), "n": int(sum(x.numel() for x in v))}
+           for k, v in cosines.items() if v}
+    return {**count, "load_seconds": load_s, "shared": shared, "encode": phases, "cosine_auto_vs_float32": cos,
+            "document_compute": doc_dtype, "torch_threads": torch.get_num_threads()}
 
 
-def _compare(got: dict, graph, span_ranges, count: dict, diff: dict) -> None:
-    """Adds one document's checks: the token stores must agree between the rules (max abs
-    difference); the text stores' items are counted with those whose description is a span."""
+def _compare(got: dict, count: dict, cosines: dict) -> None:
+    """Adds one document's cosines between the two precisions' vectors, per store."""
     import torch
 
-    cos = []
-    for store, iv in got["after"].items():
-        b = got["before"][store]
+    for store, iv in got["auto"].items():
+        b = got["float32"][store]
         assert iv.offsets.equal(b.offsets), store
-        if store in ("entity", "relation"):
-            cos.append((store, (iv.values * b.values).sum(1)))
-        elif iv.values.numel():
-            diff["segment"] = max(diff["segment"], float((iv.values - b.values).abs().max()))
-    count["texts"] += sum(int(v.offsets.numel()) - 1 for v in got["after"].values())
-    ranges, k_entity, k_relation = span_ranges(graph)
-    n_items = k_entity + k_relation  # groups < n_items: descriptions, entities first; the rest: name mentions
-    spans = sorted({g for g in ranges[:, 0].tolist() if g < n_items})
-    count["items"] += k_entity + k_relation
-    count["spans"] += len(spans)
-    by_item = torch.cat([c for _, c in sorted(cos, key=lambda sc: sc[0] != "entity")]) if cos else torch.zeros(0)
-    if spans and by_item.numel() == k_entity + k_relation:
-        diff["cos_sum"] += float(by_item[spans].sum())
+        if iv.values.numel():
+            cosines.setdefault(store, []).append(torch.nn.functional.cosine_similarity(iv.values.float(),
+                                                                                       b.values.float(), dim=-1))
+    count["texts"] += sum(int(v.offsets.numel()) - 1 for k, v in got["auto"].items() if k not in ("image", "region"))
 
 
 def main(argv=None) -> int:
@@ -241,10 +232,11 @@ def render(r: dict) -> list[str]:
                       f"load; {e2e['added']} added, {e2e['failed']} failed)."]
     elif e2e:
         lines.append(f"| ours: end to end | — | — | — | failed: {e2e['error']} |")
-    lines += ["", "## Phases (this process; MiniLM before: `direct` item rule / after: `spans` item rule)", "",
-              "| phase | wall s (before) | wall s (after) | CPU s (before) | CPU s (after) | ms/page wall (after) |"
-              " after / before (CPU) |", "|---|---:|---:|---:|---:|---:|---:|"]
-    before, after = _per_page(ph, "before"), _per_page(ph, "after")
+    lines += ["", f"## Phases (this process; models in `float32` / at `compute=\"auto\"`, which computes "
+                  f"documents in {ph['document_compute']} on this CPU)", "",
+              "| phase | wall s (float32) | wall s (auto) | CPU s (float32) | CPU s (auto) | ms/page wall (auto) |"
+              " auto / float32 (CPU) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    before, after = _per_page(ph, "float32"), _per_page(ph, "auto")
     for k in after:
         b, a = before[k], after[k]
         ratio = f"{a[1] / b[1]:.2f}" if b[1] > 0 else "—"
@@ -257,16 +249,14 @@ def render(r: dict) -> list[str]:
     lines += ["", "Reader sub-phases (wall s, inside `read (total)`): "
               + ", ".join(f"{k[6:]} {v[0]:.2f}" for k, v in ph["shared"].items() if k.startswith("read: ")) + ".",
               "",
-              f"Sum of phases: {pages / tb[0]:.2f} pages/s before, {pages / ta[0]:.2f} after (wall, this load); "
-              f"CPU {tb[1] / pages:.3f} s/page before, {ta[1] / pages:.3f} after: on an idle machine with 2 cores "
-              f"the CPU time bounds the rate at about {2 * pages / ta[1]:.1f} pages/s after "
-              f"({2 * pages / tb[1]:.1f} before).",
-              f"Entity and relation items whose description lines are spans of their segments: {ph['spans']} of "
-              f"{ph['items']} ({100 * ph['spans'] / max(ph['items'], 1):.0f}%; pooled from the segment pass, the rest "
-              f"encoded directly); mean cosine of their vectors, spans vs direct rule: "
-              f"{ph['mean_cos_spans_vs_direct']:.3f}. Token stores (segments, image text views) before vs after: "
-              f"max abs difference {ph['max_abs_diff']:.2e} (the same up to float rounding). Models loaded in "
-              f"{ph['load_seconds']:.1f} s; torch threads {ph['torch_threads']}."]
+              f"Sum of phases: {pages / tb[0]:.2f} pages/s in float32, {pages / ta[0]:.2f} at auto (wall, this "
+              f"load); CPU {tb[1] / pages:.3f} s/page in float32, {ta[1] / pages:.3f} at auto: on an idle machine "
+              f"with 2 cores the CPU time bounds the rate at about {2 * pages / ta[1]:.1f} pages/s at auto "
+              f"({2 * pages / tb[1]:.1f} in float32).", "",
+              "Vectors at auto against float32 (cosine per vector):", "",
+              "| store | vectors | lowest | mean |", "|---|---:|---:|---:|"]
+    lines += [f"| {k} | {v['n']} | {v['min']:.4f} | {v['mean']:.4f} |" for k, v in ph["cosine_auto_vs_float32"].items()]
+    lines += ["", f"Models loaded in {ph['load_seconds']:.1f} s (both precisions); torch threads {ph['torch_threads']}."]
     return lines
 
 
@@ -274,10 +264,10 @@ def plot(r: dict, path: pathlib.Path) -> None:
     import _harness as h
 
     ph = r["phases"]
-    before, after = _per_page(ph, "before"), _per_page(ph, "after")
+    before, after = _per_page(ph, "float32"), _per_page(ph, "auto")
     groups = list(after)
-    series = {"before (wall ms/page)": {k: 1000 * before[k][0] / ph["pages"] for k in groups},
-              "after (wall ms/page)": {k: 1000 * after[k][0] / ph["pages"] for k in groups}}
+    series = {"float32 (wall ms/page)": {k: 1000 * before[k][0] / ph["pages"] for k in groups},
+              "auto (wall ms/page)": {k: 1000 * after[k][0] / ph["pages"] for k in groups}}
     h.bar_plot(path, groups, series, ylabel="ms per page (wall)", labels="{:.0f}",
                title=f"Ingest phases per page, {ph['pages']} pages, 2 shared cores "
                      f"(load {r['loadavg_end'][0]:.1f})")
