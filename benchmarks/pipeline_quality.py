@@ -264,9 +264,14 @@ def select_pages(ds, doc: str, cap: int, rng: random.Random) -> list[int]:
 
 
 def cache_dir(args) -> pathlib.Path:
+    """The cached index's folder: one per build setting, the documents' compute precision included
+    (``compute="auto"`` encodes them in bfloat16 on a CPU that has it)."""
+    from colgraph_engine.encoders import precision
+    with precision.bulk():
+        low = precision.forward_dtype("auto", torch.device("cpu")) == torch.bfloat16
     key = (f"p{args.max_pages}-d{args.max_docs or 'all'}-s{args.seed}-{'noocr' if args.no_ocr else 'ocr'}"
            f"-x{args.image_scale}-g{args.patch_grid}-t{args.text_length}"
-           + ("-spans" if args.text_items == "spans" else ""))
+           + ("-spans" if args.text_items == "spans" else "") + ("-bf16" if low else ""))
     return CACHE / key
 
 
@@ -649,7 +654,8 @@ def summarise(args, ds, meta, index, questions, gold, runs, timing, variants) ->
         "settings": {"max_pages": args.max_pages, "max_docs": args.max_docs, "ocr": not args.no_ocr,
                      "image_scale": args.image_scale, "patch_grid": args.patch_grid, "text_length": args.text_length, "text_items": args.text_items,
                      "seed": args.seed, "pipeline_defaults": PipelineConfig().as_dict(), "variants": variants,
-                     "encoders": index.encoder_info},
+                     "encoders": index.encoder_info,
+                     "document_compute": "bfloat16" if cache_dir(args).name.endswith("-bf16") else "float32"},
         "counts": {"documents": len(meta["pages"]), "documents_in_dataset": len(ds.doc_ids),
                    "pages": sum(len(v) for v in meta["pages"].values()),
                    "pages_in_dataset": sum(ds.page_counts.values()), "questions": len(questions),
@@ -747,7 +753,7 @@ def render_markdown(r, args) -> list[str]:
         f"{n.get('relations', 0)} relations (the default offline extractor, no LLM), {n.get('images', 0)} page images. "
         f"Encoders: tokens `{s['encoders']['tokens']['name']}` (as quality_report.py), text "
         f"`{s['encoders']['text']['name']}`, patches `{s['encoders']['patches']['name']}` (pages rendered at scale "
-        f"{s['image_scale']}). MiniLM and EfficientNet share no embedding space, so E_k is ranked on the images' "
+        f"{s['image_scale']}; documents encoded in {s.get('document_compute', 'float32')}). MiniLM and EfficientNet share no embedding space, so E_k is ranked on the images' "
         "*text views* (here: the page text); the patches only serve queries with an image (none here).",
         "",
         *DEFINITIONS, "", *targets(r), ""]
