@@ -50,9 +50,8 @@ def fit_buckets(residuals: torch.Tensor, nbits: int) -> tuple[torch.Tensor, torc
         pick = torch.arange(QUANTILE_LIMIT, dtype=torch.int64, device=flat.device) * flat.numel() // QUANTILE_LIMIT
         flat = flat[pick]
     q = torch.arange(n, dtype=torch.float32, device=flat.device) / n
-    cutoffs = torch.quantile(flat, q[1:])
-    weights = torch.quantile(flat, q + 0.5 / n)
-    return cutoffs.cpu(), weights.cpu()
+    both = torch.quantile(flat, torch.cat([q[1:], q + 0.5 / n]))  # one sort for both sets
+    return both[:n - 1].cpu(), both[n - 1:].cpu()
 
 
 def byte_table(weights: torch.Tensor, nbits: int) -> torch.Tensor:
