@@ -250,3 +250,28 @@ def test_name_tables_keep_a_bounded_number_of_documents(index):
     again = table.doc(numbers[1])  # evicts numbers[2]
     assert list(table.docs) == [numbers[0], numbers[1]]
     assert again.terms == NameTable(IndexView(index)).doc(numbers[1]).terms
+
+
+def test_name_tables_bound_their_entries_too(index):
+    """A cap on cached entries (names and distinct unit terms) evicts like the document cap, and
+    keeps at least the most recent document whatever its size."""
+    from colgraph_engine.pipeline.graph_adds import NameTable
+    from colgraph_engine.pipeline.view import IndexView
+
+    view = IndexView(index)
+    numbers = [int(n) for n in view.numbers]
+    sizes = []
+    for n in numbers:
+        probe = NameTable(view)
+        probe.unit_frequencies(n)
+        sizes.append(probe.entries)
+    table = NameTable(view, max_entries=sizes[0] + sizes[1])
+    for n in numbers[:2]:
+        table.unit_frequencies(n)
+    assert list(table.docs) == numbers[:2] and table.entries == sizes[0] + sizes[1]
+    table.unit_frequencies(numbers[2])  # over the cap: the oldest goes
+    assert numbers[0] not in table.docs and table.entries == sum(table.docs[n].weight for n in table.docs)
+    assert table.entries <= sizes[0] + sizes[1] or list(table.docs) == [numbers[2]]
+    tiny = NameTable(view, max_entries=1)
+    tiny.unit_frequencies(numbers[0])
+    assert list(tiny.docs) == [numbers[0]]  # the most recent stays

@@ -80,7 +80,8 @@ from ..packed import pack
 from .scoring import order_desc, score_node_lists
 
 GAMMA = 0.5
-MAX_CACHED_DOCS = 4096  # ours: documents whose name tables a view keeps (a few MB at report scale)
+MAX_CACHED_DOCS = 4096  # ours: documents whose name tables a view keeps
+MAX_CACHED_ENTRIES = 2_000_000  # ours: cached entries of ~100 bytes (names, unit terms, name tokens)
 TOKEN_MATCH = 0.9
 
 # Ours: English function words, question words, auxiliaries, and the words that open sentences
@@ -124,18 +125,21 @@ class _DocNames:
     tokens: tuple | None = None  # packed name token vectors (values, offsets), encoded on demand
     unit_df: dict | None = None  # term -> how many of the document's text units hold it
     n_units: int = 0             # the document's text units (segments and tables)
+    weight: int = 1              # cached entries (names, unit terms, name tokens), for the cache bound
 
 
 class NameTable:
     """Per view: each document's entity names as terms and provenance segments, built the
     first time a query recalls the document (never for the whole corpus at once). At most
-    `max_docs` documents are kept (least recently recalled dropped first), so a long-lived
-    service's memory is bounded whatever the corpus size."""
+    `max_docs` documents and `max_entries` cached entries (names plus distinct unit terms) are
+    kept, least recently recalled dropped first (the most recent always stays), so a long-lived
+    service's memory is bounded whatever the corpus and its documents' sizes."""
 
-    def __init__(self, view, max_docs: int = MAX_CACHED_DOCS):
+    def __init__(self, view, max_docs: int = MAX_CACHED_DOCS, max_entries: int = MAX_CACHED_ENTRIES):
         self.view = view
-        self.max_docs = int(max_docs)
+        self.max_docs, self.max_entries = int(max_docs), int(max_entries)
         self.docs: OrderedDict[int, _DocNames] = OrderedDict()
+        self.entries = 0  # Σ weight of the kept documents
         self._lock = threading.Lock()
 
     def doc(self, number: int) -> _DocNames:
@@ -147,10 +151,24 @@ class NameTable:
                 return got
         built = self._build(number)
         with self._lock:  # a racing query may have built it too: keep the first
-            got = self.docs.setdefault(number, built)
-            while len(self.docs) > self.max_docs:
-                self.docs.popitem(last=False)
+            got = self.docs.get(number)
+            if got is None:
+                got = self.docs[number] = built
+                self.entries += built.weight
+                self._evict()
         return got
+
+    def _grown(self, number: int, d: _DocNames, added: int) -> None:
+        with self._lock:
+            d.weight += added
+            if self.docs.get(number) is d:
+                self.entries += added
+                self._evict()
+
+    def _evict(self) -> None:
+        while len(self.docs) > 1 and (len(self.docs) > self.max_docs or self.entries > self.max_entries):
+            _, old = self.docs.popitem(last=False)
+            self.entries -= old.weight
 
     def _build(self, number: int) -> _DocNames:
         view = self.view
@@ -168,7 +186,7 @@ class NameTable:
             segs.append(np.asarray([first_seg + int(o) for o in prov], np.int64))
         keep = np.asarray(keep, np.int64)
         a = view.alias_of[keep] if keep.size else np.zeros(0, np.int64)
-        return _DocNames(keep, np.where(a >= 0, a, -(keep + 1)), ts, segs)
+        return _DocNames(keep, np.where(a >= 0, a, -(keep + 1)), ts, segs, weight=len(ts) + 1)
 
     def unit_frequencies(self, number: int) -> tuple[dict, int]:
         """``(df, n)``: for each term, how many of the document's text units (segments and tables)
@@ -182,6 +200,7 @@ class NameTable:
                 for t in terms(view.index.describe_node(v)["text"] or ""):
                     df[t] = df.get(t, 0) + 1
             d.unit_df, d.n_units = df, int(units.size)
+            self._grown(number, d, len(df))
         return d.unit_df, d.n_units
 
     def name_tokens(self, number: int, encoder) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,6 +211,8 @@ class NameTable:
             names = [" ".join(t) for t in d.terms]
             d.tokens = pack(encoder(names) if names else [], dtype=torch.float32) if names else \
                 (torch.zeros((0, encoder.dim)), torch.zeros(1, dtype=torch.int64))
+            # a float32 row of d values weighs as much as 4d/100 entries of ~100 bytes
+            self._grown(number, d, int(d.tokens[0].shape[0]) * max(1, 4 * encoder.dim // 100))
         return d.tokens
 
 
