@@ -57,7 +57,8 @@ def test_questions_encode_in_float32_whatever_the_setting_auto():
 def test_bfloat16_documents_stay_in_the_float32_space():
     """Every store of a document encoded in bfloat16 against the same in float32 (explicit
     ``compute="bfloat16"``, so the check runs on any CPU): cosine per vector (ours: tolerances
-    a little below what real pages give, 0.9999 for MiniLM and 0.998 mean for EfficientNet)."""
+    below what 87 real pages gave: at least 0.9998 for MiniLM, 0.997 mean and 0.947 lowest for
+    EfficientNet; ingest_speed.md)."""
     graph = build_document_graph(_document())
     sets = {}
     for compute in ("float32", "bfloat16"):
@@ -70,6 +71,6 @@ def test_bfloat16_documents_stay_in_the_float32_space():
         assert ref[store].offsets.equal(low[store].offsets)
         cos = _cosines(ref[store].values, low[store].values)
         if store == "image":
-            assert cos.mean() > 0.99 and cos.min() > 0.95, (store, cos.mean(), cos.min())
+            assert cos.mean() > 0.99 and cos.min() > 0.9, (store, cos.mean(), cos.min())
         else:
             assert cos.min() > 0.995, (store, cos.min())
