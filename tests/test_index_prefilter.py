@@ -424,3 +424,38 @@ def test_create_without_prefilters_and_a_bad_flag(tmp_path):
     with pytest.raises(TypeError, match="prefilters: expected a bool"):
         KnowledgeIndex.create(tmp_path / "bad", ENC, prefilters="yes")
     assert not (tmp_path / "bad").exists()
+
+
+def test_min_tokens_d128_defers_each_store_until_auto_recall_reads_it(tmp_path):
+    """With ``min_tokens_d128`` a store of dimension d waits for ``max(min_tokens,
+    ceil(min_tokens_d128 * 128 / d))`` tokens; the setting is committed, read back, and a store
+    below its own threshold opens without a prefilter; manifests without it keep min_tokens alone."""
+    s = pf_module.PrefilterSettings(("segment",), min_tokens=100, min_tokens_d128=1000)
+    assert s.threshold(128) == 1000 and s.threshold(384) == 334 and s.threshold(1280) == 100
+    assert pf_module.PrefilterSettings(("segment",), min_tokens=100).threshold(384) == 100
+    idx = KnowledgeIndex.create(tmp_path / "idx", ENC)
+    idx.add_documents([city_doc(i) for i in range(12)])
+    tokens = int(idx.stores["segment"].offsets[-1])
+    dim = idx.dims["segment"]
+    high = (tokens + 1) * dim // 128 + 1  # just above the store's tokens, in tokens of d = 128
+    events = idx.enable_prefilter(stores=("segment",), min_tokens=50, min_tokens_d128=high)
+    assert events["segment"].startswith("deferred") and idx.prefilter_info()["stores"]["segment"]["min_tokens"] > tokens
+    m = json.loads((tmp_path / "idx" / "manifest.json").read_text())["prefilter"]
+    assert m["min_tokens_d128"] == high and m["stores"]["segment"]["folder"] is None
+    again = KnowledgeIndex.open(tmp_path / "idx", ENC)  # below its own threshold: no "must carry" error
+    assert again.prefilter_info()["stores"]["segment"]["state"] == "deferred"
+    events = again.enable_prefilter(stores=("segment",), min_tokens=50, min_tokens_d128=tokens * dim // 128)
+    assert events["segment"].startswith("built")
+    with pytest.raises(ValueError, match="min_tokens_d128"):
+        again.enable_prefilter(min_tokens_d128=0)
+    with pytest.raises(ValueError, match="min_tokens_d128"):
+        again.enable_prefilter(min_tokens_d128=True)
+
+
+def test_created_index_defers_by_store_dimension(tmp_path):
+    idx = KnowledgeIndex.create(tmp_path / "idx", ENC)
+    info = idx.prefilter_info()
+    assert info["min_tokens_d128"] == pf_module.AUTO_MIN_TOKENS
+    for s, e in info["stores"].items():  # where recall_ranker="auto" starts to read each store
+        want = max(info["min_tokens"], -(-pf_module.AUTO_MIN_TOKENS * pf_module.AUTO_DIM // idx.dims[s]))
+        assert e["min_tokens"] == want

@@ -307,7 +307,8 @@ def _prefilter_line(p) -> str:
     stores = []
     for s, e in p["stores"].items():
         if e.get("folder") is None:
-            stores.append(f"{s} deferred (below {p['min_tokens']} tokens)")
+            scaled = f", or {p['min_tokens_d128']} tokens of d = 128" if p.get("min_tokens_d128") else ""
+            stores.append(f"{s} deferred (below {p['min_tokens']} tokens{scaled})")
         else:
             pieces = f", {len(e['pieces'])} appended pieces" if e.get("pieces") else ""
             stores.append(f"{s} built ({e['items']} items, {e['deleted']} deleted, drift {e['drift']:.3f}{pieces})")

@@ -174,8 +174,9 @@ def _carried_checked(view: IndexView, name: str):
         if idx is None:
             if view.index.version != view.version:
                 return None, "the index changed since this view was made (its prefilter describes a newer version)"
+            need = info["stores"][name].get("min_tokens", info["min_tokens"])
             return None, f"its prefilter is deferred ({info['stores'][name].get('tokens', 0):,} tokens < the index's " \
-                         f"min_tokens {info['min_tokens']:,})"
+                         f"min_tokens {need:,} for this store)"
         s = idx.snapshot()
         items = int(view.vectors[name].alive.sum())
         tokens = int(((s.offsets[1:] - s.offsets[:-1]) * s.alive).sum())
@@ -418,4 +419,5 @@ def carry_default_prefilters(index, *, commit: bool = True) -> dict[str, str]:
     :meth:`KnowledgeIndex.create <colgraph_engine.kg.KnowledgeIndex.create>` does for a new one:
     what the service's writer does to an index that carries none (`commit`: False leaves the
     settings to the caller's next commit)."""
-    return index.enable_prefilter(min_tokens=_auto_prefilters.auto_min_tokens(index.dims), commit=commit)
+    return index.enable_prefilter(min_tokens=_auto_prefilters.auto_min_tokens(index.dims),
+                                  min_tokens_d128=_auto_prefilters.AUTO_MIN_TOKENS, commit=commit)

@@ -127,11 +127,12 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
         if prefilters:  # settings only (every store is empty): the creating commit records them
-            index.enable_prefilter(min_tokens=_pf.auto_min_tokens(index.dims), commit=False)
+            index.enable_prefilter(min_tokens=_pf.auto_min_tokens(index.dims), min_tokens_d128=_pf.AUTO_MIN_TOKENS,
+                                   commit=False)
         with index._writer(check_generation=False):
             index._commit({}, vectors=index._new_vector_files({s: None for s in index.dims}))
         if prefilters:
-            index._pf_events = {s: f"deferred (0 tokens < min_tokens {index._pf_settings.min_tokens})"
+            index._pf_events = {s: f"deferred (0 tokens < min_tokens {index._pf_settings.threshold(index.dims[s])})"
                                 for s in index._pf_settings.stores}
         return index
 
@@ -202,6 +203,7 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
     def enable_prefilter(self, stores: Sequence[str] = _pf.DEFAULT_STORES, *, nbits: int = 2,
                          min_tokens: int = _pf.DEFAULT_MIN_TOKENS,
                          rebuild_drift: float | None = _pf.DEFAULT_REBUILD_DRIFT,
+                         min_tokens_d128: int | None = None,
                          progress: bool = False, commit: bool = True) -> dict[str, str]:
         """Makes the named stores carry a centroid prefilter (a
         :class:`~colgraph_engine.prefilter.PrefilterIndex` keyed by the stores' uids), maintained by
@@ -219,6 +221,10 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
             min_tokens: a store with fewer live tokens carries no prefilter yet.
             rebuild_drift: rebuild a store's prefilter from its vectors during the commit whose
                 additions bring its drift above this (None: never).
+            min_tokens_d128: None, or a count of tokens of d = 128: a store of dimension d is
+                also deferred below ``min_tokens_d128 * 128 / d`` tokens, where the default
+                ``recall_ranker="auto"`` starts to read it (:meth:`create` sets it, so that a
+                narrow store is not built long before a query uses it).
             progress: a tqdm bar over each build's k-means iterations.
             commit: False (a directory index only): nothing is built or written now; the
                 settings take effect in memory and the next change's commit carries them,
@@ -232,7 +238,7 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         """
         if stores is _pf.DEFAULT_STORES:
             stores = tuple(s for s in stores if s in self.dims)
-        settings = _pf.PrefilterSettings.checked(stores, nbits, min_tokens, rebuild_drift, self.dims)
+        settings = _pf.PrefilterSettings.checked(stores, nbits, min_tokens, rebuild_drift, self.dims, min_tokens_d128)
         if not isinstance(commit, bool):
             raise TypeError(f"commit: expected a bool, got {type(commit).__name__}")
         if not commit and self.path is not None:
@@ -295,7 +301,8 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         for s in self._pf_settings.stores:
             pf = self._prefilters.get(s)
             if pf is None:
-                info = {"state": "deferred", "tokens": int(self.stores[s].offsets[-1])}
+                info = {"state": "deferred", "tokens": int(self.stores[s].offsets[-1]),
+                        "min_tokens": self._pf_settings.threshold(self.dims[s])}
             else:
                 st = pf.snapshot()
                 info = {"state": "built", "items": st.n_live, "deleted": st.n_slots - st.n_live,

@@ -11,6 +11,11 @@ results map back to items exactly and a removed document's uids can be deleted f
   :data:`DEFAULT_MIN_TOKENS` = 4096) carries none (k-means over a few hundred tokens gives
   centroids no better than the tokens themselves, and exact MaxSim over such a store is cheap);
   the first change that brings it to ``min_tokens`` or more builds it from the store's vectors.
+  With ``min_tokens_d128`` set (as :meth:`KnowledgeIndex.create` sets it: :data:`AUTO_MIN_TOKENS`),
+  a store of dimension d also waits for ``min_tokens_d128 * 128 / d`` tokens, the size where
+  ``recall_ranker="auto"`` starts to read it: ``min_tokens`` alone is scaled by the widest store
+  (a 1,280-d image store: 26,214 tokens), which built a 384-d segment store's prefilter at a
+  third of the size where queries use it (87,382), a k-means a small ingest paid for nothing.
   Once built it is kept while the store has tokens (a store emptied by removals drops it).
 * **additions** are encoded against the existing centroids (:meth:`PrefilterIndex.add`); the
   drift (mean squared residual of the tokens added since the build over that at build) is
@@ -138,9 +143,19 @@ class PrefilterSettings:
     nbits: int = 2
     min_tokens: int = DEFAULT_MIN_TOKENS
     rebuild_drift: float | None = DEFAULT_REBUILD_DRIFT  # None: never rebuild for drift
+    # None, or tokens of d = AUTO_DIM: a store of dimension d is also deferred below
+    # min_tokens_d128 * AUTO_DIM / d tokens (where recall_ranker="auto" starts to read it)
+    min_tokens_d128: int | None = None
+
+    def threshold(self, dim: int) -> int:
+        """The live tokens at which a store of dimension `dim` gets its prefilter built."""
+        if self.min_tokens_d128 is None:
+            return self.min_tokens
+        return max(self.min_tokens, -(-self.min_tokens_d128 * AUTO_DIM // int(dim)))
 
     @classmethod
-    def checked(cls, stores, nbits, min_tokens, rebuild_drift, dims: dict[str, int]) -> PrefilterSettings:
+    def checked(cls, stores, nbits, min_tokens, rebuild_drift, dims: dict[str, int],
+                min_tokens_d128=None) -> PrefilterSettings:
         """Validated settings for an index whose stores have dimensions `dims` (ValueError or
         TypeError naming the argument)."""
         if isinstance(stores, str) or not isinstance(stores, (list, tuple)):
@@ -158,10 +173,17 @@ class PrefilterSettings:
         if rebuild_drift is not None and (isinstance(rebuild_drift, bool) or not isinstance(rebuild_drift, numbers.Real)
                                           or not math.isfinite(rebuild_drift) or rebuild_drift <= 0):
             raise ValueError(f"rebuild_drift: expected a positive finite number or None, got {rebuild_drift!r}")
-        return cls(tuple(stores), nbits, min_tokens, None if rebuild_drift is None else float(rebuild_drift))
+        if min_tokens_d128 is not None and (isinstance(min_tokens_d128, bool) or not isinstance(min_tokens_d128, int)
+                                            or min_tokens_d128 < 1):
+            raise ValueError(f"min_tokens_d128: expected a positive int or None, got {min_tokens_d128!r}")
+        return cls(tuple(stores), nbits, min_tokens, None if rebuild_drift is None else float(rebuild_drift),
+                   min_tokens_d128)
 
     def to_manifest(self) -> dict:
-        return {"nbits": self.nbits, "min_tokens": self.min_tokens, "rebuild_drift": self.rebuild_drift}
+        out = {"nbits": self.nbits, "min_tokens": self.min_tokens, "rebuild_drift": self.rebuild_drift}
+        if self.min_tokens_d128 is not None:  # absent in manifests written before it existed
+            out["min_tokens_d128"] = self.min_tokens_d128
+        return out
 
 
 def section(settings: PrefilterSettings, files: dict[str, dict]) -> dict:
@@ -181,7 +203,7 @@ def parse_section(m: dict, dims: dict[str, int], mf: Path) -> tuple[PrefilterSet
         if not isinstance(stores, dict):
             raise ValueError("no store table")
         settings = PrefilterSettings.checked(list(stores), p.get("nbits"), p.get("min_tokens"),
-                                             p.get("rebuild_drift"), dims)
+                                             p.get("rebuild_drift"), dims, p.get("min_tokens_d128"))
     except (TypeError, ValueError) as exc:
         raise FormatError(f"{mf}: field 'prefilter' invalid ({exc})") from None
     files = {}
@@ -281,8 +303,9 @@ def next_prefilter(settings: PrefilterSettings, current, store, added=None, remo
         pos = store.positions(removed)
         tokens -= int((snap.offsets[pos + 1] - snap.offsets[pos]).sum())
     if current is None:
-        if tokens < settings.min_tokens:
-            return None, f"deferred ({tokens} tokens < min_tokens {settings.min_tokens})"
+        need = settings.threshold(store.dim)
+        if tokens < need:
+            return None, f"deferred ({tokens} tokens < min_tokens {need})"
         return build(settings, *contents_after(store, added, removed), progress), f"built ({tokens} tokens)"
     if tokens == 0:
         return None, "dropped (the store is empty)"

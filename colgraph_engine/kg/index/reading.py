@@ -76,7 +76,7 @@ class _Reader:
             try:
                 if entry is None:
                     pf = None
-                    if int(self.stores[s].offsets[-1]) >= self._pf_settings.min_tokens:
+                    if int(self.stores[s].offsets[-1]) >= self._pf_settings.threshold(self.dims[s]):
                         raise IndexFormatError(f"{self.path / 'manifest.json'}: store {s!r} holds at least min_tokens "
                                                f"tokens but carries no prefilter (the commit that crossed it builds one)")
                 else:
