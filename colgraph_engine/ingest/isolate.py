@@ -371,6 +371,9 @@ def _worker_main(conn, factory, pickled, setup, memory_gb) -> None:
     except Exception as exc:
         _send(conn, ("setup_failed", f"{type(exc).__name__}: {exc}"))
         return
+    if encoders is not None:  # models load while the first file is read
+        from ..encoders.deferred import warm_in_background
+        warm_in_background(encoders)
     seen: dict[int, tuple] = {}
     cached = (None, None)
     while True:
