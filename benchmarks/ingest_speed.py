@@ -118,8 +118,7 @@ def phases_run(pdfs, tmp: pathlib.Path) -> dict:
         rules[c] = Encoders(text=minilm.text_encoder("spans"), tokens=minilm.token_encoder())
         images[c] = Encoders(patches=EfficientNetPatchEncoder(compute=c).patch_encoder())
     load_s = time.perf_counter() - t
-    with precision.bulk():
-        doc_dtype = str(precision.forward_dtype("auto", torch.device("cpu"))).replace("torch.", "")
+    doc_dtype = str(precision.document_dtype()).replace("torch.", "")
     index = KnowledgeIndex.create(tmp / "phases-index", Encoders(text=rules["auto"].text, tokens=rules["auto"].tokens,
                                                                  patches=images["auto"].patches))
     phases = {c: {} for c in variants}

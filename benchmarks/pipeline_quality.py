@@ -267,8 +267,7 @@ def cache_dir(args) -> pathlib.Path:
     """The cached index's folder: one per build setting, the documents' compute precision included
     (``compute="auto"`` encodes them in bfloat16 on a CPU that has it)."""
     from colgraph_engine.encoders import precision
-    with precision.bulk():
-        low = precision.forward_dtype("auto", torch.device("cpu")) == torch.bfloat16
+    low = precision.document_dtype() == torch.bfloat16
     key = (f"p{args.max_pages}-d{args.max_docs or 'all'}-s{args.seed}-{'noocr' if args.no_ocr else 'ocr'}"
            f"-x{args.image_scale}-g{args.patch_grid}-t{args.text_length}"
            + ("-spans" if args.text_items == "spans" else "") + ("-bf16" if low else ""))

@@ -46,6 +46,7 @@ def test_auto_uses_bfloat16_only_for_documents_and_only_where_native():
         assert precision.forward_dtype("auto", cpu) == want
         assert precision.forward_dtype("float32", cpu) == torch.float32
     assert precision.forward_dtype("bfloat16", cpu) == torch.bfloat16
+    assert precision.document_dtype("cpu") == want
 
 
 def test_questions_encode_in_float32_whatever_the_setting_auto():

@@ -67,6 +67,12 @@ def forward_dtype(compute: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if compute == "bfloat16" else torch.float32
 
 
+def document_dtype(device: str | torch.device = "cpu") -> torch.dtype:
+    """The dtype ``compute="auto"`` encodes documents in on `device` (what a report should name)."""
+    with bulk():
+        return forward_dtype("auto", torch.device(device))
+
+
 def autocast(compute: str, device: torch.device):
     """The context a forward pass runs in (see :func:`forward_dtype`)."""
     dtype = forward_dtype(compute, device)
