@@ -73,6 +73,9 @@ class EfficientNetPatchEncoder:
         path = weights_path or default_weights_path()
         with contextlib.redirect_stdout(io.StringIO()):  # the loader prints a line on success
             self.model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path).to(self.device).eval()
+        # channels-last convolutions: ~1.4x faster on this project's CPU in both precisions
+        # (measured; outputs equal to float rounding, max abs difference 4e-6 in float32)
+        self.model = self.model.to(memory_format=torch.channels_last)
         self.grid, self.side = grid, 32 * grid
         self.dim = DIM
         self.name = patch_name(grid)
@@ -82,7 +85,7 @@ class EfficientNetPatchEncoder:
         """``[B, grid^2, 1280]`` un-normalised patch features."""
         x = torch.stack([torch.from_numpy(np.array(im, dtype=np.uint8, copy=True)).permute(2, 0, 1) for im in
                          (im.resize((self.side, self.side), resample=3) for im in images)])  # bicubic
-        x = ((x.float() / 255.0 - _MEAN) / _STD).to(self.device)
+        x = ((x.float() / 255.0 - _MEAN) / _STD).to(self.device).contiguous(memory_format=torch.channels_last)
         with autocast(self.compute, self.device):
             fmap = self.model.extract_features(x)  # [B, 1280, g, g]
         return fmap.flatten(2).transpose(1, 2).float().cpu()
