@@ -22,6 +22,7 @@ encoder's name does not record it: ours, as for thread counts, which change floa
 from __future__ import annotations
 
 import contextlib
+import functools
 from contextvars import ContextVar
 
 import torch
@@ -41,10 +42,15 @@ def bulk():
 
 
 def native_bfloat16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 products natively."""
-    if device.type == "cuda":
+    """Whether `device` computes bfloat16 products natively (probed once per device)."""
+    return _native(device.type, device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _native(kind: str, index) -> bool:
+    if kind == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    if device.type != "cpu":
+    if kind != "cpu":
         return False
     cpu = getattr(torch._C, "_cpu", None)  # private probes; absent in some builds: then fp32
     try:

@@ -258,7 +258,7 @@ def name_seeds(view, questions: list[str], text_q, docs: list[np.ndarray], kg: i
         # only names sharing a term with the question can score: rarity for their terms alone
         hits = [j for j, t in enumerate(tlist) if not qt.isdisjoint(t)]
         vocab = {w for j in hits for w in tlist[j]}
-        idf2 = _unit_idf2(table, docs[i], vocab)
+        idf2 = _unit_idf2(table, docs[i], vocab) if vocab else {}  # no name matches: nothing to count
         qnorm = math.sqrt(sum(idf2[w] for w in qt if w in idf2))
         lex = np.zeros(nodes.size, np.float32)
         if qnorm > 0:

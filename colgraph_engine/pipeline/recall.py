@@ -419,5 +419,4 @@ def carry_default_prefilters(index, *, commit: bool = True) -> dict[str, str]:
     :meth:`KnowledgeIndex.create <colgraph_engine.kg.KnowledgeIndex.create>` does for a new one:
     what the service's writer does to an index that carries none (`commit`: False leaves the
     settings to the caller's next commit)."""
-    return index.enable_prefilter(min_tokens=_auto_prefilters.auto_min_tokens(index.dims),
-                                  min_tokens_d128=_auto_prefilters.AUTO_MIN_TOKENS, commit=commit)
+    return index.enable_prefilter(**_auto_prefilters.auto_options(index.dims), commit=commit)

@@ -127,8 +127,7 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         path.mkdir(parents=True, exist_ok=True)
         index.path = path
         if prefilters:  # settings only (every store is empty): the creating commit records them
-            index.enable_prefilter(min_tokens=_pf.auto_min_tokens(index.dims), min_tokens_d128=_pf.AUTO_MIN_TOKENS,
-                                   commit=False)
+            index.enable_prefilter(**_pf.auto_options(index.dims), commit=False)
         with index._writer(check_generation=False):
             index._commit({}, vectors=index._new_vector_files({s: None for s in index.dims}))
         if prefilters:

@@ -135,6 +135,13 @@ def auto_min_tokens(dims: dict[str, int]) -> int:
     return max(DEFAULT_MIN_TOKENS, AUTO_MIN_TOKENS * AUTO_DIM // widest)
 
 
+def auto_options(dims: dict[str, int]) -> dict:
+    """The :meth:`KnowledgeIndex.enable_prefilter` options of the default carried prefilters
+    (what :meth:`KnowledgeIndex.create` and the service's writer use): each store deferred until
+    ``recall_ranker="auto"`` would read it."""
+    return {"min_tokens": auto_min_tokens(dims), "min_tokens_d128": AUTO_MIN_TOKENS}
+
+
 @dataclass(frozen=True)
 class PrefilterSettings:
     """Which stores carry a prefilter and how it is built and maintained (see the module
