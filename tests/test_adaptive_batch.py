@@ -165,3 +165,45 @@ def test_the_unreached_bound_holds_for_every_item_the_probes_miss(corpus):
             assert bound <= float(s.max(1).sum()) + 1e-5
         assert checked  # some items stay unreached at the shallow depths
     assert adaptive._unreached_bound(s, order, s.shape[1]) == float("-inf")
+
+
+def test_the_probed_bound_holds_for_any_probed_set_and_is_tighter_than_uniform(corpus):
+    """The stop check counts each token from its first centroid not probed by any token: check
+    it bounds F of every item with no probed centroid, on random probed sets, and never exceeds
+    the uniform-depth bound it refines."""
+    c, idx = corpus
+    h = adaptive._host(idx._state)
+    rng = np.random.default_rng(3)
+    for q in range(0, c.q_offsets.numel() - 1, 4):
+        a, b = int(c.q_offsets[q]), int(c.q_offsets[q + 1])
+        s = (c.queries[a:b].float() @ h.centroids.T).numpy()
+        order = np.argsort(-s, axis=1, kind="stable")
+        F = adaptive.full_scores_numpy(h, np.ascontiguousarray(s.T), h.live)
+        for n in (1, 3, 6):
+            probed = np.zeros(s.shape[1], bool)
+            probed[order[:, :n].reshape(-1)] = True
+            probed[rng.choice(s.shape[1], 8, replace=False)] = True  # cells other tokens probed
+            hit = np.array([probed[h.cells[h.cells_offsets[p]:h.cells_offsets[p + 1]]].any() for p in h.live])
+            bound = adaptive._probed_bound(s, order, probed)
+            assert bound <= adaptive._unreached_bound(s, order, n) + 1e-6
+            if (~hit).any():
+                assert F[~hit].max() <= bound + 1e-5
+    assert adaptive._probed_bound(s, order, np.ones(s.shape[1], bool)) == float("-inf")
+
+
+def test_the_next_depth_is_the_first_whose_bound_is_below_the_target(corpus):
+    c, idx = corpus
+    h = adaptive._host(idx._state)
+    a, b = int(c.q_offsets[0]), int(c.q_offsets[1])
+    s = (c.queries[a:b].float() @ h.centroids.T).numpy()
+    order = np.argsort(-s, axis=1, kind="stable")
+    u = [adaptive._unreached_bound(s, order, n) for n in range(65)]
+    for n in (1, 2, 5):
+        for target in (u[n] - 1e-3, u[n + 3] + 1e-6, u[40] + 1e-6, float("-inf")):
+            got = adaptive._next_depth(s, order, n, target, 64)
+            assert n < got <= 64
+            if got < 64 or u[64] < target:
+                assert u[got] < target and all(u[j] >= target for j in range(n + 1, got))
+            else:
+                assert all(u[j] >= target for j in range(n + 1, 65))
+    assert adaptive._next_depth(s, order, 64, 0.0, 64) == 64
