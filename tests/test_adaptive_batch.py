@@ -201,9 +201,9 @@ def test_the_next_depth_is_the_first_whose_bound_is_below_the_target(corpus):
     for n in (1, 2, 5):
         for target in (u[n] - 1e-3, u[n + 3] + 1e-6, u[40] + 1e-6, float("-inf")):
             got = adaptive._next_depth(s, order, n, target, 64)
-            assert n < got <= 64
-            if got < 64 or u[64] < target:
-                assert u[got] < target and all(u[j] >= target for j in range(n + 1, got))
-            else:
+            if got:
+                assert n < got <= 64 and u[got] < target and all(u[j] >= target for j in range(n + 1, got))
+            else:  # no depth meets the target: the caller doubles
                 assert all(u[j] >= target for j in range(n + 1, 65))
+        assert adaptive._next_depth(s, order, n, float("-inf"), 64) == 0
     assert adaptive._next_depth(s, order, 64, 0.0, 64) == 64
