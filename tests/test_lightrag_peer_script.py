@@ -133,3 +133,26 @@ def test_lightrag_side_if_installed(peer, side, tmp_path):
         assert b["n"] == 4
     finally:
         w.close()
+
+
+def test_memory_check_fits_growth_between_two_sizes(peer):
+    """With two sizes measured, the estimate is the larger one's peak plus the growth per
+    document between them (x1.25), not the per-document average of the fixed part."""
+    gib = 2 ** 30
+    one = {"documents": 1000, "hwm_bytes": int(1.6 * gib), "rss_after_import_bytes": int(0.6 * gib)}
+    ten = {"documents": 10000, "hwm_bytes": int(2.7 * gib), "rss_after_import_bytes": int(0.6 * gib)}
+    ok, note = peer.fits_ours(100_000, [one, ten], 18 * gib)
+    assert ok and "per further document" in note  # 2.1 + 1.1 GiB / 9k x 90k x 1.25 = 15.9 GiB
+    ok, _ = peer.fits_ours(100_000, [one, ten], 15 * gib)
+    assert not ok
+    ok, note = peer.fits_ours(100_000, [one], 18 * gib)  # one size: per document, 1.0 GiB / 1k x 100k
+    assert not ok and "KiB per document at 1,000" in note
+    assert peer.fits_ours(5, [], 1) == (True, "no smaller size measured: tried")
+
+
+def test_the_exact_row_is_left_out_above_its_limit(peer):
+    import argparse
+    a = argparse.Namespace(exact_max_docs=10_000)
+    assert [r[0] for r in peer.our_rows(10_000, a)] == ["ours", "ours-exact"]
+    assert [r[0] for r in peer.our_rows(100_000, a)] == ["ours"]
+    assert [r[0] for r in peer.our_rows(100_000, argparse.Namespace(exact_max_docs=0))] == ["ours", "ours-exact"]
