@@ -275,3 +275,32 @@ def test_name_tables_bound_their_entries_too(index):
     tiny = NameTable(view, max_entries=1)
     tiny.unit_frequencies(numbers[0])
     assert list(tiny.docs) == [numbers[0]]  # the most recent stays
+
+
+def test_unit_counts_for_asked_terms_equal_the_full_count(index):
+    """Counting only the asked terms (units filtered by substring first) gives the counts of
+    splitting every unit: for words present, absent, present only inside longer words, and
+    plural-stripped forms; asking again adds nothing."""
+    from colgraph_engine.pipeline.graph_adds import NameTable, terms
+    from colgraph_engine.pipeline.view import IndexView
+
+    view = IndexView(index)
+    checked = 0
+    for n in [int(x) for x in view.numbers]:
+        full, n_units = NameTable(view).unit_frequencies(n)
+        words = sorted(full)
+        inner = {w[:-1] for w in words if len(w) > 4} - set(full)  # substrings of words, not terms
+        vocab = set(words[::3]) | set(list(inner)[:5]) | {"zzzqx", "1999"}
+        table = NameTable(view)
+        got, got_n = table.unit_frequencies(n, vocab)
+        assert got_n == n_units
+        for w in vocab:
+            assert got[w] == full.get(w, 0), w
+        checked += sum(1 for w in vocab if full.get(w, 0) > 0)
+        before = table.entries
+        table.unit_frequencies(n, vocab)
+        assert table.entries == before
+        # the full count after a partial one is the full count
+        assert table.unit_frequencies(n)[0] == full
+    assert checked
+    assert terms("Glasses and cats") == ("glasse", "cat")  # the stripped forms the substring test must find

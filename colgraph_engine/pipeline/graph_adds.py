@@ -10,7 +10,8 @@ re-ranks it; it never narrows it.
 * rarity: ``idf(t) = ln(1 + N / max(1, df(t)))`` over the text units (segments and tables) of
   D(q): N units, df(t) of them holding t: the units the question is ranked over, so "report" or
   "percentage" (on most pages, rarely a name) weigh little and "pseudocode" (on one page) much.
-  Each document's unit term counts are taken the first time a query recalls it, so the cost grows
+  A document's units are counted for a term the first time a query asks about it (the terms of
+  the names that share a word with the question), and the counts are kept, so the cost grows
   with the recalled documents, never with the corpus. (Ours; until 2026-12-04 the rarity was
   counted over D(q)'s entity names, which rated a common word that is seldom a name as rare and
   let seeds like "report" or "format" take the support; the dev-set figures before and after are
@@ -123,8 +124,10 @@ class _DocNames:
     terms: list                # [n] tuples of terms
     segments: list             # [n] int64 arrays: segment nodes of each entity's provenance
     tokens: tuple | None = None  # packed name token vectors (values, offsets), encoded on demand
-    unit_df: dict | None = None  # term -> how many of the document's text units hold it
-    n_units: int = 0             # the document's text units (segments and tables)
+    unit_df: dict | None = None  # term -> how many of the document's text units hold it (terms asked so far)
+    unit_full: bool = False      # unit_df holds every term of the units
+    units: np.ndarray | None = None  # the document's text units (segments and tables), graph nodes
+    n_units: int = 0             # how many
     weight: int = 1              # cached entries (names, unit terms, name tokens), for the cache bound
 
 
@@ -188,19 +191,44 @@ class NameTable:
         a = view.alias_of[keep] if keep.size else np.zeros(0, np.int64)
         return _DocNames(keep, np.where(a >= 0, a, -(keep + 1)), ts, segs, weight=len(ts) + 1)
 
-    def unit_frequencies(self, number: int) -> tuple[dict, int]:
-        """``(df, n)``: for each term, how many of the document's text units (segments and tables)
-        hold it, and the number of units (counted the first time a query recalls the document)."""
+    def unit_frequencies(self, number: int, vocab=None) -> tuple[dict, int]:
+        """``(df, n)``: for each term of `vocab` (None: every term), how many of the document's
+        text units (segments and tables) hold it, and the number of units. Counts are kept per
+        document as they are asked for. A unit can hold term t only if t occurs in its
+        lower-cased text (a term is a lower-cased word, or a word less its plural "s", so a
+        prefix of a word of the text): only units holding some asked term as a substring are
+        split into terms, and what is counted is the same as splitting every unit."""
         d = self.doc(number)
-        if d.unit_df is None:
+        if d.units is None:
             view = self.view
-            units = np.concatenate([view.nodes_of_docs(np.asarray([number], np.int64), k) for k in TEXT_UNITS])
+            d.units = np.concatenate([view.nodes_of_docs(np.asarray([number], np.int64), k) for k in TEXT_UNITS])
+            d.n_units = int(d.units.size)
+        if d.unit_df is None:
+            d.unit_df = {}
+        if d.unit_full:
+            return d.unit_df, d.n_units
+        text = self.view.index.node_text
+        if vocab is None:
             df: dict[str, int] = {}
-            for v in units.tolist():
-                for t in terms(view.index.describe_node(v)["text"] or ""):
+            for v in d.units.tolist():
+                for t in terms(text(v) or ""):
                     df[t] = df.get(t, 0) + 1
-            d.unit_df, d.n_units = df, int(units.size)
-            self._grown(number, d, len(df))
+            added = len(df.keys() - d.unit_df.keys())
+            d.unit_df, d.unit_full = df, True
+        else:
+            missing = [w for w in vocab if w not in d.unit_df]
+            if not missing:
+                return d.unit_df, d.n_units
+            counts = dict.fromkeys(missing, 0)
+            for v in d.units.tolist():
+                low = (text(v) or "").lower()
+                if any(w in low for w in missing):
+                    for t in terms(low):
+                        if t in counts:
+                            counts[t] += 1
+            d.unit_df.update(counts)
+            added = len(missing)
+        self._grown(number, d, added)
         return d.unit_df, d.n_units
 
     def name_tokens(self, number: int, encoder) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,7 +318,7 @@ def name_seeds(view, questions: list[str], text_q, docs: list[np.ndarray], kg: i
 
 def _unit_idf2(table: NameTable, numbers: np.ndarray, vocab: set) -> dict[str, float]:
     """``{t: idf(t)²}`` for the terms `vocab`, counted over the text units of documents `numbers`."""
-    freq = [table.unit_frequencies(n) for n in numbers.tolist()]
+    freq = [table.unit_frequencies(n, vocab) for n in numbers.tolist()]
     n_units = sum(n for _, n in freq)
     return {w: math.log(1.0 + n_units / max(1, sum(df.get(w, 0) for df, _ in freq))) ** 2 for w in vocab}
 

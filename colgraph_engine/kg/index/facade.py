@@ -463,6 +463,14 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         i = nb + v
         return c.node_prov[c.node_prov_offsets[i]:c.node_prov_offsets[i + 1]].tolist()
 
+    def node_text(self, node: int) -> str:
+        """The text of a graph node: the ``"text"`` of :meth:`describe_node` alone, for the query
+        stages that read a unit's words (a tenth of describe_node's cost here)."""
+        a = self._assemble()
+        _, doc_id, v = _locate(a, a.node_offsets.array, node, "node")
+        c, nb, _ = self._docs[doc_id].columns()
+        return c.node_text[nb + v]
+
     def describe_edge(self, edge: int) -> dict:
         """Document, local id, kind, endpoints (graph node ids), keywords, text, weight and
         provenance segments of a graph edge."""
