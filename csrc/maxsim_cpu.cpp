@@ -524,6 +524,8 @@ void maxsim_cross_cpu(const PackedView& queries, const PackedView& docs, ElemTyp
                       int num_threads) {
   const Plan plan = make_plan(type, docs.dim);
   const int64_t nq = queries.n, nd = docs.n;
+  num_threads = threads_for_work((queries.offsets[nq] - queries.offsets[0]) * (docs.offsets[nd] - docs.offsets[0]) * docs.dim,
+                                 num_threads);
   if (nq > 1 && plan.path != Path::Portable) {  // packed blocks: the SIMD paths
     cross_packed(queries, docs, type, plan, out, num_threads);
     return;
@@ -542,8 +544,15 @@ void maxsim_candidates_cpu(const PackedView& queries, const PackedView& docs, El
   const PackedQueries pq = pack_queries(queries, type, plan.path == Path::Avx512BF16);
   // Regroup candidates by document so each listed document is read once.
   std::vector<int64_t> query_of(n_cand), order(n_cand);
-  for (int64_t i = 0; i < queries.n; ++i)
-    for (int64_t c = cand_offsets[i]; c < cand_offsets[i + 1]; ++c) query_of[c] = i;
+  int64_t work = 0;  // multiply-adds, for the thread count (an id out of range is refused before this)
+  for (int64_t i = 0; i < queries.n; ++i) {
+    const int64_t q_len = queries.offsets[i + 1] - queries.offsets[i];
+    for (int64_t c = cand_offsets[i]; c < cand_offsets[i + 1]; ++c) {
+      query_of[c] = i;
+      work += q_len * (docs.offsets[cand_ids[c] + 1] - docs.offsets[cand_ids[c]]) * docs.dim;
+    }
+  }
+  num_threads = threads_for_work(work, num_threads);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return cand_ids[a] < cand_ids[b]; });

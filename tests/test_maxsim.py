@@ -179,11 +179,17 @@ def test_triton_writes_every_output_element(dtype):
 def test_native_is_deterministic_across_thread_counts(monkeypatch):
     qv, qo = random_packed([32] * 3, 64, seed=15)
     xv, xo = random_packed([100] * 37, 64, seed=16)
+    # 96 x 3,700 x 64 = 22.7M multiply-adds a call: above the 4M a thread needs before a second
+    # one starts (csrc/parallel.hpp), so the second thread does run
+    co, ci = _csr([list(range(0, 37, 2)), list(range(37)), list(range(36, 0, -3))])
     monkeypatch.setenv("COLGRAPH_NUM_THREADS", "1")
     one = cg.maxsim(qv, qo, xv, xo, backend="native")
+    one_c = cg.maxsim_candidates(qv, qo, xv, xo, co, ci, backend="native")
     monkeypatch.setenv("COLGRAPH_NUM_THREADS", "2")
     two = cg.maxsim(qv, qo, xv, xo, backend="native")
-    assert torch.equal(one, two)
+    two_c = cg.maxsim_candidates(qv, qo, xv, xo, co, ci, backend="native")
+    assert torch.equal(one, two) and torch.equal(one_c, two_c)
+    assert torch.equal(one_c, torch.cat([one[q, ci[co[q]:co[q + 1]]] for q in range(3)]))
 
 
 @NATIVE
