@@ -48,7 +48,8 @@ def text_key(text: str) -> int:
 
 def custom_kg_of(docs: list[dict]) -> dict:
     """One ``custom_kg`` for documents ``{"doc_id", "segments": [text], "extractions": [records]}``
-    (extraction i holds the records of segment i, in the ``<|#|>`` record format)."""
+    (extraction i holds the records of segment i, in the ``<|#|>`` record format); a relation
+    from a name to itself is left out, as our parser leaves it out."""
     chunks, entities, relations = [], [], []
     for d in docs:
         doc_id = d["doc_id"]
@@ -60,7 +61,11 @@ def custom_kg_of(docs: list[dict]) -> dict:
                 if f[0] == "entity" and len(f) == 4:
                     entities.append({"entity_name": f[1], "entity_type": f[2], "description": f[3],
                                      "source_id": alias, "file_path": doc_id})
-                elif f[0] == "relation" and len(f) == 5:
+                elif f[0] == "relation" and len(f) == 5 and f[1] != f[2]:
+                    # Both sides drop a relation whose two ends share a name: our parser skips it
+                    # as a "self-loop" record and LightRAG's insert_custom_kg refuses the whole call
+                    # (1.5.7: ValueError). The generator makes a few at 100k documents, where a
+                    # document's own name can be drawn again from the shared pool.
                     relations.append({"src_id": f[1], "tgt_id": f[2], "keywords": f[3], "description": f[4],
                                       "weight": 1.0, "source_id": alias, "file_path": doc_id})
     return {"chunks": chunks, "entities": entities, "relationships": relations}

@@ -57,6 +57,17 @@ def test_lightrag_items_have_our_texts(peer, side):
     assert len({side.text_key(lr) for lr, _ in items}) == len(items)
 
 
+def test_relation_from_a_name_to_itself_is_left_out_as_our_parser_does(side):
+    from colgraph_engine.kg.parsers import parse_extraction
+    records = ("entity<|#|>Denlu Company<|#|>organization<|#|>a firm\n"
+               "relation<|#|>Denlu Company<|#|>Denlu Company<|#|>owns<|#|>itself\n"
+               "relation<|#|>Denlu Company<|#|>Kato Mira<|#|>hires<|#|>a clerk")
+    kg = side.custom_kg_of([{"doc_id": "d0", "segments": ["text"], "extractions": [records]}])
+    assert [(r["src_id"], r["tgt_id"]) for r in kg["relationships"]] == [("Denlu Company", "Kato Mira")]
+    ours = parse_extraction(records)
+    assert [(r.source, r.target) for r in ours.relations] == [("Denlu Company", "Kato Mira")]
+
+
 def test_word_tokenizer_round_trips(side):
     import copy
     tok = side.WordTokenizer()
