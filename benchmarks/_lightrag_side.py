@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 SEP = "<|#|>"
 _WORDS = re.compile(r"\w+|[^\w\s]")  # words and punctuation marks, as our count_tokens
 DIM = 128
+EMBEDDING_TIMEOUT_S = 3600
 SECTIONS = (("entities", "entities"), ("relationships", "relations"), ("chunks", "chunks"))  # LightRAG's, ours
 
 
@@ -202,8 +203,12 @@ def make_rag(args):
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    # default_embedding_timeout (30 s) guards a remote embedding API: its health check (2x + 15 s,
+    # 75 s) killed a flush of 10k documents' relations at 100k documents, the event loop busy
+    # upserting while our lookup waited its turn; a local lookup gets an hour.
     rag = LightRAG(working_dir=args.workdir, embedding_func=EmbeddingFunc(embedding_dim=DIM, func=embed),
-                   llm_model_func=no_llm, tokenizer=Tokenizer("words", WordTokenizer()))
+                   llm_model_func=no_llm, tokenizer=Tokenizer("words", WordTokenizer()),
+                   default_embedding_timeout=EMBEDDING_TIMEOUT_S)
     loop.run_until_complete(rag.initialize_storages())
     return rag, lookup, loop
 

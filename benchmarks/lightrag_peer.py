@@ -36,9 +36,9 @@ entity, relationship and chunk of the structured data its context string is buil
 
 Sizes: ``--docs 1000 10000`` takes about 20 minutes on 2 shared cores, 8 of them building the
 prefilter of the 10k copy (k-means; ``--no-prefilter`` leaves those rows out). At ``--docs
-100000`` our side is checked against memory first (peak RSS growth per document of the largest
-size measured in the run, or of a 1,000-document probe; "did not fit" is reported instead of
-running), LightRAG's ingest rewrites its JSON stores on every ``insert_custom_kg`` call (its last
+100000`` our side is checked against memory first (the peak RSS of the largest size measured in
+the run plus its growth per document over the size before it, or over probes of 1,000 and 4,000
+documents; "did not fit" is reported instead of running), LightRAG's ingest rewrites its JSON stores on every ``insert_custom_kg`` call (its last
 call at 10k took about 17 s: use ``--lightrag-batch 10000``), and an ingest that passes
 ``--max-ingest-minutes`` (30) is stopped and reported as too slow.
 
@@ -77,7 +77,9 @@ LIGHTRAG_PINS = ("lightrag-hku==1.5.7", "numpy==2.4.6")
 SIDE = HERE / "_lightrag_side.py"
 CORPUS_VERSION = 1
 TEXT_DIM = 128
-PROBE_DOCS = 1000  # a size measured first when no smaller one was (memory estimate for large sizes)
+# Sizes measured first when no smaller one was (memory estimate for large sizes): two, so that the
+# estimate is a growth per document and the fixed part (torch, buffers) is not counted per document.
+PROBE_DOCS = (1000, 4000)
 TITLE = "LightRAG side by side: our pipeline vs LightRAG 1.5.7 (same corpus, same vectors, no LLM)"
 
 # LightRAG rows: (name, mode, keywords). "question": the whole question as both keyword lists
@@ -514,15 +516,16 @@ def _job(args, folder: pathlib.Path, name: str, argv: list[str], log: str, total
 
 def ingest_ours(n: int, folder: pathlib.Path, args, measured: list[dict]) -> dict:
     """Our index of `n` documents and its prefilter-carrying copy, unless our memory check says
-    the ingest would not fit (a probe of PROBE_DOCS is measured first when nothing smaller was)."""
+    the ingest would not fit (probes of the PROBE_DOCS sizes are measured first when nothing smaller was)."""
     from tqdm import tqdm
     ours: dict = {}
-    if not measured and n > PROBE_DOCS * 5:
-        probe = _job(args, folder, f"ours ingest probe {PROBE_DOCS:,}", _ours(
-            args, "_ours-ingest", "--docs", PROBE_DOCS, "--seed", args.seed, "--out", folder / "probe"),
-            "ours_probe.log", PROBE_DOCS)
-        measured.append({"documents": PROBE_DOCS, **probe})
-        shutil.rmtree(folder / "probe")
+    if not measured and n > PROBE_DOCS[-1] * 5:
+        for size in PROBE_DOCS:
+            probe = _job(args, folder, f"ours ingest probe {size:,}", _ours(
+                args, "_ours-ingest", "--docs", size, "--seed", args.seed, "--out", folder / "probe",
+                "--chunk", args.chunk, "--dtype", args.dtype), f"ours_probe_{size}.log", size)
+            measured.append({"documents": size, **probe})
+            shutil.rmtree(folder / "probe")
     ok, ours["fit_check"] = fits_ours(n, measured, int(_pr().available_memory() * args.memory_fraction))
     if not ok:
         ours["status"] = f"did not fit: {ours['fit_check']}"
@@ -719,7 +722,9 @@ HANDICAPS_LIGHTRAG = [
     "Defaults as a user gets them: JSON KV + NanoVectorDB (flat cosine search in numpy) + NetworkX, cosine "
     "threshold 0.2 (items below it are dropped; with the hashing encoder a question's cosine with the entities "
     "it names is about 0.5, with others about 0.16 in the median, so it drops little), `top_k` and "
-    "`chunk_top_k` 10, no reranker; every insert call rewrites its JSON stores whole.",
+    "`chunk_top_k` 10, no reranker; every insert call rewrites its JSON stores whole. One change: "
+    "`default_embedding_timeout` 3600 s instead of 30 (its 75 s health check stopped a 100k ingest while "
+    "the local lookup waited on the busy event loop).",
     "A word tokenizer instead of tiktoken (which would download its BPE file): budgets count words and "
     "punctuation marks; tiktoken would split these made-up words into more tokens, so its budgets (6,000 "
     "entity, 8,000 relation, 30,000 total tokens) would cut sooner than here.",
