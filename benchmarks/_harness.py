@@ -237,6 +237,60 @@ def paired(fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time, in seconds, that every thread of process `pid` has run (the first field of each
+    ``/proc/<pid>/task/*/schedstat``, nanoseconds; finer than ``stat``'s clock ticks); 0.0 where
+    /proc does not say."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended between listdir and open
+    return total / 1e9
+
+
+def runnable_threads(pid: int) -> int:
+    """How many threads of process `pid` are running or waiting for a core (state ``R`` in
+    ``/proc/<pid>/task/*/stat``); 0 where /proc does not say."""
+    n = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                n += f.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            pass
+    return n
+
+
+def wait_idle(pid: int, *, window_s: float = 0.005, busy_share: float = 0.1, max_s: float = 2.0) -> tuple[float, float]:
+    """Waits until process `pid` has gone idle: its threads ran less than `busy_share` of one core
+    over a `window_s` window and none is runnable (one waiting for a core runs no CPU, yet is not
+    idle), or `max_s` passed. Returns ``(waited_s, cpu_s)``: the wall time waited
+    and the CPU its threads ran meanwhile. What it is for: a process that answered may keep a core
+    busy afterwards (OpenBLAS's worker threads spin about 2^28 cycles waiting for the next call
+    before they sleep; measured here at ~100 ms of CPU after each numpy product), and in an
+    alternating comparison that work would land inside the *other* side's timed call."""
+    t0, c0 = time.perf_counter(), cpu_seconds(pid)
+    prev = c0
+    while time.perf_counter() - t0 < max_s:
+        time.sleep(window_s)
+        cur = cpu_seconds(pid)
+        if cur - prev < busy_share * window_s and not runnable_threads(pid):
+            return time.perf_counter() - t0, cur - c0
+        prev = cur
+    return time.perf_counter() - t0, prev - c0
+
+
 def stats(secs: list[float]) -> dict:
     """``ms_median``, ``ms_min``, ``ms_all`` of per-call seconds."""
     return {"ms_median": statistics.median(secs) * 1e3, "ms_min": min(secs) * 1e3, "ms_all": [s * 1e3 for s in secs]}

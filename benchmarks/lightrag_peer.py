@@ -25,7 +25,12 @@ Protocol: the driver generates corpus and vectors, then builds each index in a p
 own (peak RSS = that process's VmHWM; disk = the folder's bytes), then starts one long-lived
 worker per index (ours in ``.venv``, LightRAG in its venv) speaking JSON lines and calls them
 alternately (``_harness.paired``: the order rotates from call to call), one query at a time, then
-batches of 64 (ours ``retrieve_batch``; LightRAG ``asyncio.gather`` of 64 ``aquery_llm``).
+batches of 64 (ours ``retrieve_batch``; LightRAG ``asyncio.gather`` of 64 ``aquery_llm``). After
+each answer the driver waits, untimed, until the process that answered has gone idle
+(``_harness.wait_idle``; ``--no-settle`` skips it): LightRAG's numpy leaves an OpenBLAS thread
+spinning ~100 ms of CPU after every product, and on two cores that spin landed inside our next
+timed call (before this wait, our 10k p50 was 35.7 ms here against 21.4 ms in
+``ours_at_scale.py``; the CPU each process ran after answering is reported).
 Latency is measured in the worker around the call (ours minus ``timings["encode"]``, the query
 encoding, as ``pipeline_report.py`` does; LightRAG's query vectors are a lookup). Open time:
 from starting the process to its "ready" line, minus the time the same interpreter takes to
@@ -454,6 +459,7 @@ class Side:
         self.name, self.worker, self.kind, self.mode, self.keywords = name, worker, kind, mode, keywords
         self.answers: list[tuple[dict, dict]] = []  # (question, answer) of each timed query
         self.batches: list[tuple[list[dict], dict]] = []
+        self.settles: list[tuple[float, float]] = []  # (wall s, CPU s) its process ran on after each answer
 
     def request(self, q: dict) -> dict:
         if self.kind == "ours":
@@ -490,6 +496,9 @@ class Side:
             paths = collections.Counter(f"{store}: {how}" for _, r in answers for store, how in r["paths"].items())
             out.update(recall_hit_rate=mean(q["source"] in r["recall_docs"] for q, r in answers),
                        recall_paths=dict(paths))
+        if self.settles:
+            out.update(after_answer_wall_ms_mean=1e3 * mean(w for w, _ in self.settles),
+                       after_answer_cpu_ms_mean=1e3 * mean(c for _, c in self.settles))
         if self.batches:
             ms, size = [r["ms"] for _, r in self.batches], len(self.batches[-1][0])
             out.update(batch_size=size, batches=len(ms), batch_p50_ms=float(np.percentile(ms, 50)),
@@ -586,12 +595,20 @@ def time_rows(sides: list[Side], qs: list[dict], args) -> None:
     if not sides:
         return
     by = {s.name: s for s in sides}
+
+    def settled(record):
+        def after(name, got):
+            record(by[name], *got)
+            if not args.no_settle:  # the answering process's leftover work stays out of the next call
+                by[name].settles.append(h.wait_idle(by[name].worker.proc.pid))
+        return after
+
     h.paired({s.name: _asker(s, qs, s.request) for s in sides}, args.queries, warmup=args.warmup,
-             after=lambda name, got: by[name].record(*got))
+             after=settled(Side.record))
     batches = [qs[b * args.batch_size:(b + 1) * args.batch_size] for b in range(args.batches)]
     warm = batches[0][:16]  # a warm-up batch each (allocators, caches)
     h.paired({s.name: _asker(s, [warm, *batches], s.batch_request) for s in sides}, args.batches, warmup=1,
-             after=lambda name, got: by[name].record_batch(*got))
+             after=settled(Side.record_batch))
 
 
 def serve_rows(n: int, folder: pathlib.Path, size: dict, args, lr_py: pathlib.Path, base: dict) -> None:
@@ -814,6 +831,11 @@ def findings(rep: dict) -> list[str]:
                        f"{x['batch_qps'] / single_qps:.2f}x its one-at-a-time rate ({single_qps:.1f} QPS from the "
                        f"mean latency {x['mean_ms']:.0f} ms)" + (f"; LightRAG local: {lr['batch_qps']:.1f} vs "
                                                                  f"{1e3 / lr['mean_ms']:.1f}." if lr else "."))
+        after = {k: v for k, v in rows.items() if "after_answer_cpu_ms_mean" in v}
+        if after:
+            out.append(f"{n:,} documents: after answering, each process kept running (CPU ms, mean of its single "
+                       f"queries and batches, waited out before the next call): " + ", ".join(
+                           f"{k} {v['after_answer_cpu_ms_mean']:.1f}" for k, v in after.items()) + ".")
         ours, hy = rows.get("ours"), rows.get(HIT_REFERENCE)
         if ours and hy and lr:
             widest = max(v["context_documents_mean"] for k, v in rows.items() if k.startswith("lightrag"))
@@ -1073,6 +1095,8 @@ def parse_args(argv=None):
                    help="stop an ingest (either side) that runs longer, and report it as too slow (0: no limit)")
     p.add_argument("--keep", action="store_true", help="keep the built indexes under benchmarks/.cache/lightrag_peer")
     p.add_argument("--venv", type=pathlib.Path, default=CACHE / "venv", help="LightRAG's virtual environment")
+    p.add_argument("--no-settle", action="store_true",
+                   help="call the next row at once, without waiting for the process that answered to go idle")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--from-json", type=pathlib.Path, default=None,
                    help="write the .md and .png again from a saved .json (no measuring)")

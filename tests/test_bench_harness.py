@@ -88,3 +88,31 @@ def test_stem_and_percentile():
         quick = True
     assert h.stem("x", A()) == "x_quick" and h.stem("x", object()) == "x"
     assert h.percentile([5, 1, 4, 2, 3], 50) == 3 and h.percentile([1, 2, 3], 99) == 3 and h.percentile([7], 0) == 7
+
+
+def test_wait_idle_waits_out_work_a_process_does_after_answering():
+    """A child that answers, then burns ~150 ms of CPU: wait_idle returns only after the burn
+    (its CPU counted), and at once for a child that sleeps."""
+    import subprocess
+    code = ("import sys, time\n"
+            "for line in sys.stdin:\n"
+            "    print('ok', flush=True)\n"
+            "    if line.strip() == 'burn':\n"
+            "        t = time.process_time()\n"
+            "        while time.process_time() - t < 0.15: pass\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for ask in ("rest", "burn"):
+            p.stdin.write(ask + "\n")
+            p.stdin.flush()
+            assert p.stdout.readline().strip() == "ok"
+            waited, cpu = h.wait_idle(p.pid, max_s=5.0)
+            if ask == "burn":
+                assert cpu >= 0.1 and waited >= 0.1, (waited, cpu)
+            else:
+                assert cpu < 0.05 and waited < 1.0, (waited, cpu)
+        assert h.cpu_seconds(p.pid) > 0.1
+    finally:
+        p.stdin.close()
+        p.wait(10)
+    assert h.cpu_seconds(p.pid) == 0.0  # gone: /proc does not say
