@@ -207,3 +207,33 @@ def test_the_next_depth_is_the_first_whose_bound_is_below_the_target(corpus):
                 assert all(u[j] >= target for j in range(n + 1, 65))
         assert adaptive._next_depth(s, order, n, float("-inf"), 64) == 0
     assert adaptive._next_depth(s, order, 64, 0.0, 64) == 64
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])  # 0: every union by the byte mask; 1: every union by the sort
+def test_list_unions_by_mask_and_by_sort_agree(corpus, monkeypatch, share):
+    """The inverted-list union marks a byte per position above MASK_MIN_SHARE and sorts below it:
+    both give the live positions ascending, less the excluded ones, and so the same search."""
+    c, idx = corpus
+    h = adaptive._Host(idx.snapshot())  # a host of its own (the search's is cached per state)
+    rng = np.random.default_rng(0)
+    h.alive[rng.choice(h.alive.size, h.alive.size // 10, replace=False)] = False  # some dead positions
+    exclude = rng.random(h.alive.size) < 0.3
+    monkeypatch.setattr(adaptive, "MASK_MIN_SHARE", share)
+    n_cells = int(h.ivf_offsets.size - 1)
+    for cells in (np.arange(0), np.arange(min(3, n_cells)), rng.choice(n_cells, n_cells // 2, replace=False)):
+        rows, _ = adaptive._csr_rows(h.ivf_offsets, np.sort(cells))
+        want = np.unique(h.ivf_docs[rows])
+        want = want[h.alive[want]]
+        got = adaptive._listed(h, np.sort(cells))
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+        assert np.array_equal(adaptive._listed(h, np.sort(cells), exclude=exclude), want[~exclude[want]])
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_the_search_is_the_same_whichever_way_lists_are_joined(corpus, monkeypatch, share):
+    c, idx = corpus
+    want = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
+    monkeypatch.setattr(adaptive, "MASK_MIN_SHARE", share)
+    got = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
+    assert np.array_equal(got.ids, want.ids) and np.array_equal(got.scores, want.scores)
+    assert got.stats["candidates"] == want.stats["candidates"]
