@@ -536,3 +536,28 @@ def test_folder_arguments_are_checked():
         KnowledgeIndex.create(None, ENC)
     with pytest.raises(TypeError, match="path: expected a str or os.PathLike"):
         KnowledgeIndex(ENC).save(["x"])
+
+
+def test_node_place_and_document_node_segments_agree_with_describe_node(tmp_path):
+    """The light look-ups the query stages use give what describe_node gives, in memory and
+    reopened from disk, and refuse what they cannot answer."""
+    mem = KnowledgeIndex(ENC)
+    mem.add_documents(small_docs())
+    disk = KnowledgeIndex.create(tmp_path / "idx", ENC)
+    disk.add_documents(small_docs())
+    for idx in (mem, KnowledgeIndex.open(tmp_path / "idx", ENC)):
+        for doc_id in idx.documents:
+            nodes = np.asarray([v for v in range(idx.graph.n_nodes) if idx.describe_node(v)["doc_id"] == doc_id])
+            got = idx.document_node_segments(nodes)
+            assert len(got) == nodes.size > 0
+            for v, segs in zip(nodes.tolist(), got):
+                d = idx.describe_node(v)
+                assert idx.node_place(v) == (d["doc_id"], d["local"], d["kind"])
+                assert segs.tolist() == d["segments"] == idx.node_segments(v)
+        assert idx.document_node_segments(np.zeros(0, np.int64)) == []
+        with pytest.raises(ValueError, match="nodes: expected nodes of one document"):
+            idx.document_node_segments(np.asarray([0, idx.graph.n_nodes - 1]))
+        with pytest.raises(TypeError, match="nodes: expected a 1-D integer array"):
+            idx.document_node_segments(np.asarray([0.5]))
+        with pytest.raises(ValueError, match="node: expected a node id"):
+            idx.node_place(idx.graph.n_nodes)

@@ -128,10 +128,12 @@ class Citer:
 
     def node(self, node: int) -> Citation:
         """The citation of graph node `node` (see the module docstring)."""
-        desc = self.index.describe_node(int(node))
-        doc_id, local, kind = desc["doc_id"], desc["local"], desc["kind"]
+        doc_id, local, kind = self.index.node_place(int(node))  # no strings decoded for a segment
         if kind == "segment":
             return Citation(doc_id, self._doc(doc_id).segment(local - 1))
+        if kind == "document":
+            return Citation(doc_id)
+        desc = self.index.describe_node(int(node))
         if kind in ("image", "region"):
             d = self._doc(doc_id)
             image = local if kind == "image" else int(d.g.node_image[local])
@@ -142,8 +144,6 @@ class Citer:
             if not pages or own is None:
                 return Citation(doc_id, pages, own, desc["image"])
             return Citation(doc_id, pages, _on_page(page_box or FULL_BOX, own), desc["image"])
-        if kind == "document":
-            return Citation(doc_id)
         return self.segments(doc_id, desc["segments"])  # entities and tables: their provenance
 
     def edge(self, edge: int) -> Citation:

@@ -179,14 +179,14 @@ class NameTable:
         names = view.graph.node_names
         keep, ts, segs = [], [], []
         first_seg = int(view.node_first[int(np.searchsorted(view.numbers, number))]) + 1
-        for v in nodes.tolist():
+        provs = view.index.document_node_segments(nodes)
+        for v, prov in zip(nodes.tolist(), provs):
             t = terms(names[v]) if names is not None else terms(view.index.describe_node(v)["name"])
             if not t:
                 continue  # a name of stop words and openers only: never a seed
             keep.append(v)
             ts.append(t)
-            prov = view.index.node_segments(v)
-            segs.append(np.asarray([first_seg + int(o) for o in prov], np.int64))
+            segs.append(prov.astype(np.int64) + first_seg)
         keep = np.asarray(keep, np.int64)
         a = view.alias_of[keep] if keep.size else np.zeros(0, np.int64)
         return _DocNames(keep, np.where(a >= 0, a, -(keep + 1)), ts, segs, weight=len(ts) + 1)

@@ -29,6 +29,15 @@ from .format import (INDEX_VERSION, IndexFormatError, MAX_DOC_NUMBER, UID_SHIFT,
                      _add_counts, _as_dir, _generation_on_disk, _load_manifest, _readers_lock, _stat_key)
 from .reading import _Reader
 
+# node kind number -> its lower-case name, as describe_node gives it (an enum call per node was
+# a tenth of describe_node's time)
+_KIND_NAMES = {int(k): k.name.lower() for k in NodeKind}
+
+
+def _kind_name(kind) -> str:
+    name = _KIND_NAMES.get(int(kind))
+    return name if name is not None else NodeKind(int(kind)).name.lower()  # ValueError, as before, for no kind
+
 
 class KnowledgeIndex(_Reader, _Assembler, _Committer):
     """Per-document multimodal graphs and their vectors, optionally backed by a directory.
@@ -446,7 +455,7 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         i = nb + v  # row in the columns
         box = c.node_bbox[i]
         image = int(c.node_image[i])
-        return {"doc_id": doc_id, "local": v, "kind": NodeKind(int(c.node_kind[i])).name.lower(),
+        return {"doc_id": doc_id, "local": v, "kind": _kind_name(c.node_kind[i]),
                 "name": c.node_name[i], "type": c.node_type[i], "text": c.node_text[i],
                 "bbox": None if np.isnan(box).any() else tuple(float(x) for x in box),
                 "segments": c.node_prov[c.node_prov_offsets[i]:c.node_prov_offsets[i + 1]].tolist(),
@@ -462,6 +471,34 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
         c, nb, _ = self._docs[doc_id].columns()
         i = nb + v
         return c.node_prov[c.node_prov_offsets[i]:c.node_prov_offsets[i + 1]].tolist()
+
+    def node_place(self, node: int) -> tuple[str, int, str]:
+        """``(doc_id, local id, kind)`` of a graph node: the first three fields of
+        :meth:`describe_node` without decoding the node's strings (citations read only these
+        for segments)."""
+        a = self._assemble()
+        _, doc_id, v = _locate(a, a.node_offsets.array, node, "node")
+        c, nb, _ = self._docs[doc_id].columns()
+        return doc_id, v, _kind_name(c.node_kind[nb + v])
+
+    def document_node_segments(self, nodes) -> list[np.ndarray]:
+        """:meth:`node_segments` of several graph nodes of one document, as int32 arrays: one
+        look-up of the document for all of them (ValueError for nodes of more than one)."""
+        nodes = np.asarray(nodes)
+        if nodes.ndim != 1 or nodes.dtype.kind not in "iu":
+            raise TypeError(f"nodes: expected a 1-D integer array, got {nodes.dtype} of shape {nodes.shape}")
+        if nodes.size == 0:
+            return []
+        a = self._assemble()
+        offsets = a.node_offsets.array
+        d, doc_id, _ = _locate(a, offsets, int(nodes[0]), "node")
+        lo, hi = int(offsets[d]), int(offsets[d + 1])
+        if int(nodes.min()) < lo or int(nodes.max()) >= hi:
+            raise ValueError(f"nodes: expected nodes of one document ({doc_id!r}: [{lo}, {hi}))")
+        c, nb, _ = self._docs[doc_id].columns()
+        rows = nb + (nodes.astype(np.int64) - lo)
+        starts, ends = c.node_prov_offsets[rows].tolist(), c.node_prov_offsets[rows + 1].tolist()
+        return [c.node_prov[x:y] for x, y in zip(starts, ends)]
 
     def node_text(self, node: int) -> str:
         """The text of a graph node: the ``"text"`` of :meth:`describe_node` alone, for the query
