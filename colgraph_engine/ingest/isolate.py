@@ -179,7 +179,8 @@ class FileWorker:
         # re-run (multiprocessing's spawn would, which breaks scripts without a __main__ guard,
         # stdin and notebooks)
         boot = (f"import sys; sys.path[:] = {sys.path!r}; "
-                f"from colgraph_engine.ingest.isolate import _worker_entry; _worker_entry({theirs.fileno()})")
+                f"from colgraph_engine.ingest.isolate import _worker_entry, _exit_now; _worker_entry({theirs.fileno()}); "
+                f"_exit_now()")
         # the worker's temporary files (image spools, page-limited PDF copies) go into a folder of
         # ours, removed when the worker is gone: a killed worker cannot clean up after itself
         self._tmp = tempfile.mkdtemp(prefix="colgraph-ingest-worker-")
@@ -341,6 +342,20 @@ def _is_memory_error(exc: BaseException | None) -> bool:
 
 
 # -- the worker process ---------------------------------------------------------------------------
+
+def _exit_now() -> None:
+    """Ends the worker once it has served: streams flushed, then ``os._exit(0)``. The worker holds
+    nothing to save (the parent writes the index and removes the worker's temporary folder), and
+    the interpreter's own teardown with torch and the models loaded took about a second, which
+    the parent's ``close`` waited out at the end of every ingest call (ours, measured on
+    ``colgraph index build`` of 5 PDFs: 1.07 s of a 29.9 s run)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(0)
+
 
 def _worker_entry(fd: int) -> None:
     """The worker process's entry point: serves on the socket `fd` (see :func:`_worker_main`)."""
