@@ -63,9 +63,9 @@ exact scores; the budget controls only which items reach the exact stage. The st
 CPU with numpy, the full centroid scores in the native module where it is built (a prefilter on
 another device is copied to the CPU once per state); the exact stage runs wherever the caller's
 vectors are, one call per round for a whole batch (:func:`search`). Nothing per query is sized by the corpus except
-the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule) and a byte per item marking the
-candidates (the size of the pipeline's per-document merge, a fifth of it here): candidates come
-from the inverted lists of the probed centroids.
+the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule) and, for the step at hand, a byte
+per item marking the candidates (one query's at a time; the pipeline's per-document merge is of
+that order): candidates come from the inverted lists of the probed centroids.
 
 Measured (``benchmarks/results/recall_default.md``, 2026-12-04 run at c3fd1a4, with the
 unreached bound of step 5; 2 shared CPU cores, one torch thread; recall of the exact top-10
@@ -410,8 +410,6 @@ def _query_steps(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.
     probed = np.zeros(s.shape[1], bool)
     probed[order[:, :n].reshape(-1)] = True
     cand = _listed(h, np.flatnonzero(probed))
-    taken = np.zeros(h.alive.size, bool)  # the positions in cand (one byte each: cheaper than np.isin)
-    taken[cand] = True
     F = full_scores(h, st, cand)
     E = np.full(cand.size, -np.inf, np.float32)
     scored = np.zeros(cand.size, bool)
@@ -466,8 +464,13 @@ def _query_steps(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.
         cells = _sorted_unique(cells[~probed[cells]])
         probed[cells] = True
         n = n2
+        # the positions already in cand, a byte each (cheaper than np.isin), made for this step
+        # alone: a batch's queries advance in lockstep, and one mask per query kept for the
+        # whole search would hold batch x items bytes at once
+        taken = np.zeros(h.alive.size, bool)
+        taken[cand] = True
         new = _listed(h, cells, exclude=taken)
-        taken[new] = True
+        del taken
         if new.size:
             cand, F = np.concatenate([cand, new]), np.concatenate([F, full_scores(h, st, new)])
             E = np.concatenate([E, np.full(new.size, -np.inf, np.float32)])
