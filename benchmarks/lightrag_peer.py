@@ -39,7 +39,7 @@ source document is among the documents of the returned context (ours: the ``docu
 context entity, relation and source row; LightRAG: the ``file_path``, its document id, of every
 entity, relationship and chunk of the structured data its context string is built from).
 
-Sizes: ``--docs 1000 10000`` takes about 20 minutes on 2 shared cores, 8 of them building the
+Sizes: ``--docs 1000 10000`` takes 8.5-9 minutes on 2 shared cores (2026-12-07), a few of them building the
 prefilter of the 10k copy (k-means; ``--no-prefilter`` leaves those rows out). At ``--docs
 100000`` our side is checked against memory first (the peak RSS of the largest size measured in
 the run plus its growth per document over the size before it, or over probes of 1,000 and 4,000
