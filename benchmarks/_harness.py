@@ -237,39 +237,36 @@ def paired(fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time, in seconds, that every thread of process `pid` has run (the first field of each
-    ``/proc/<pid>/task/*/schedstat``, nanoseconds; finer than ``stat``'s clock ticks); 0.0 where
-    /proc does not say."""
-    total = 0
+def _thread_files(pid: int, name: str):
+    """The text of ``/proc/<pid>/task/<tid>/<name>`` for every thread of process `pid` (nothing
+    where /proc does not say; a thread that ends meanwhile is skipped)."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
+        return
     for t in tasks:
         try:
-            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended between listdir and open
-    return total / 1e9
+            with open(f"/proc/{pid}/task/{t}/{name}") as f:
+                yield f.read()
+        except OSError:
+            pass
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time, in seconds, that every thread of process `pid` has run: the first field of each
+    ``schedstat`` (nanoseconds), or ``stat``'s utime + stime (clock ticks) on a kernel without
+    schedstat; 0.0 where /proc does not say."""
+    ns = [int(x.split()[0]) for x in _thread_files(pid, "schedstat")]
+    if ns:
+        return sum(ns) / 1e9
+    ticks = [sum(map(int, x.rsplit(")", 1)[1].split()[11:13])) for x in _thread_files(pid, "stat")]
+    return sum(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def runnable_threads(pid: int) -> int:
     """How many threads of process `pid` are running or waiting for a core (state ``R`` in
     ``/proc/<pid>/task/*/stat``); 0 where /proc does not say."""
-    n = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for t in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{t}/stat") as f:
-                n += f.read().rsplit(")", 1)[1].split()[0] == "R"
-        except (OSError, IndexError):
-            pass
-    return n
+    return sum(x.rsplit(")", 1)[1].split()[0] == "R" for x in _thread_files(pid, "stat"))
 
 
 def wait_idle(pid: int, *, window_s: float = 0.005, busy_share: float = 0.1, max_s: float = 2.0) -> tuple[float, float]:

@@ -63,9 +63,9 @@ exact scores; the budget controls only which items reach the exact stage. The st
 CPU with numpy, the full centroid scores in the native module where it is built (a prefilter on
 another device is copied to the CPU once per state); the exact stage runs wherever the caller's
 vectors are, one call per round for a whole batch (:func:`search`). Nothing per query is sized by the corpus except
-the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule) and, for the step at hand, a byte
-per item marking the candidates (one query's at a time; the pipeline's per-document merge is of
-that order): candidates come from the inverted lists of the probed centroids.
+the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule) and, inside one list union at a
+time, a byte per item (:func:`_listed`; the pipeline's per-document merge is of that order):
+candidates come from the inverted lists of the probed centroids.
 
 Measured (``benchmarks/results/recall_default.md``, 2026-12-04 run at c3fd1a4, with the
 unreached bound of step 5; 2 shared CPU cores, one torch thread; recall of the exact top-10
@@ -241,8 +241,8 @@ MASK_MIN_SHARE = 1 / 16
 
 
 def _listed(h: _Host, cells: np.ndarray, exclude: np.ndarray | None = None) -> np.ndarray:
-    """The live positions on the inverted lists of `cells`, ascending and distinct, less those
-    where the bool mask `exclude` ``[N]`` is set (positions already taken)."""
+    """The live positions on the inverted lists of `cells`, ascending and distinct, less the
+    positions `exclude` (those already taken). The byte mask lives for this call alone."""
     rows, _ = _csr_rows(h.ivf_offsets, cells)
     entries = h.ivf_docs[rows]
     if entries.size >= MASK_MIN_SHARE * h.alive.size:
@@ -250,13 +250,11 @@ def _listed(h: _Host, cells: np.ndarray, exclude: np.ndarray | None = None) -> n
         mark[entries] = True
         mark &= h.alive
         if exclude is not None:
-            mark &= ~exclude
+            mark[exclude] = False
         return np.flatnonzero(mark)
     pos = _sorted_unique(entries)
-    keep = h.alive[pos]
-    if exclude is not None:
-        keep &= ~exclude[pos]
-    return pos[keep]
+    pos = pos[h.alive[pos]]
+    return pos if exclude is None or not pos.size else pos[~np.isin(pos, exclude)]
 
 
 def _bound_ranks(order: np.ndarray, probed: np.ndarray) -> np.ndarray:
@@ -464,13 +462,7 @@ def _query_steps(h: _Host, s: np.ndarray, order: np.ndarray, k: int, groups: np.
         cells = _sorted_unique(cells[~probed[cells]])
         probed[cells] = True
         n = n2
-        # the positions already in cand, a byte each (cheaper than np.isin), made for this step
-        # alone: a batch's queries advance in lockstep, and one mask per query kept for the
-        # whole search would hold batch x items bytes at once
-        taken = np.zeros(h.alive.size, bool)
-        taken[cand] = True
-        new = _listed(h, cells, exclude=taken)
-        del taken
+        new = _listed(h, cells, exclude=cand)
         if new.size:
             cand, F = np.concatenate([cand, new]), np.concatenate([F, full_scores(h, st, new)])
             E = np.concatenate([E, np.full(new.size, -np.inf, np.float32)])
