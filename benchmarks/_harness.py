@@ -274,8 +274,8 @@ def wait_idle(pid: int, *, window_s: float = 0.005, busy_share: float = 0.1, max
     over a `window_s` window and none is runnable (one waiting for a core runs no CPU, yet is not
     idle), or `max_s` passed. Returns ``(waited_s, cpu_s)``: the wall time waited
     and the CPU its threads ran meanwhile. What it is for: a process that answered may keep a core
-    busy afterwards (OpenBLAS's worker threads spin about 2^28 cycles waiting for the next call
-    before they sleep; measured here at ~100 ms of CPU after each numpy product), and in an
+    busy afterwards (OpenBLAS's worker threads busy-wait for the next call for a while before they
+    sleep, its ``OPENBLAS_THREAD_TIMEOUT``; measured here at ~100 ms of CPU after each numpy product), and in an
     alternating comparison that work would land inside the *other* side's timed call."""
     t0, c0 = time.perf_counter(), cpu_seconds(pid)
     prev = c0
