@@ -14,6 +14,7 @@ namespace py = pybind11;
 namespace colgraph {
 void bind_graph(py::module_& m);
 void bind_centroid_scores(py::module_& m);
+void bind_query_centroid_scores(py::module_& m);
 }  // namespace colgraph
 using colgraph::ElemType;
 using colgraph::PackedView;
@@ -115,6 +116,7 @@ PYBIND11_MODULE(_core, m) {
         "Writes one MaxSim score per (query, candidate) pair listed in CSR form.");
   colgraph::bind_graph(m);
   colgraph::bind_centroid_scores(m);
+  colgraph::bind_query_centroid_scores(m);
 #ifdef COLGRAPH_IGRAPH_VERSION
   m.attr("IGRAPH_BUILD_VERSION") = COLGRAPH_IGRAPH_VERSION;
 #endif

@@ -60,8 +60,10 @@ idea applied to the exact stage):
 
 Every item returned was scored exactly, so a caller ranking groups by their best item keeps
 exact scores; the budget controls only which items reach the exact stage. The stages run on the
-CPU with numpy, the full centroid scores in the native module where it is built (a prefilter on
-another device is copied to the CPU once per state); the exact stage runs wherever the caller's
+CPU with numpy, the centroid scores ``S`` and the full centroid scores in the native module where
+it is built (:func:`centroid_scores`; a prefilter on another device is copied to the CPU once per
+state, with its centroids in the native kernel's blocked layout: as many bytes again as the
+centroids); the exact stage runs wherever the caller's
 vectors are, one call per round for a whole batch (:func:`search`). Nothing per query is sized by the corpus except
 the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule) and, inside one list union at a
 time, a byte per item (:func:`_listed`; the pipeline's per-document merge is of that order):
@@ -162,6 +164,32 @@ class _Host:
         self.cells_offsets, self.cells = cpu(state.cells_offsets).astype(np.int64), cpu(state.cells).astype(np.int32)
         self.alive, self.ids = cpu(state.alive), cpu(state.ids)
         self.live = np.flatnonzero(self.alive)
+        self.blocks = centroid_blocks(self.centroids.numpy()) if _NATIVE_S is not None else None
+
+
+# The native kernel of the centroid scores (csrc/query_centroid_scores.cpp), None without it.
+_NATIVE_S = getattr(_native.core, "query_centroid_scores", None)
+
+
+def centroid_blocks(centroids: np.ndarray) -> np.ndarray:
+    """``[B, d, 16]`` float32: centroids ``16b .. 16b + 15`` of ``centroids [C, d]`` transposed in
+    block b, zero past C (the layout :func:`centroid_scores` reads: one contiguous stretch a block)."""
+    c, d = centroids.shape
+    nb = -(-c // 16)
+    padded = np.zeros((nb * 16, d), np.float32)
+    padded[:c] = centroids
+    return np.ascontiguousarray(padded.reshape(nb, 16, d).transpose(0, 2, 1))
+
+
+def centroid_scores(h: "_Host", queries: torch.Tensor) -> np.ndarray:
+    """``S = Q C^T`` ``[Tq, C]`` float32 for float32 CPU ``queries [Tq, d]``: the native kernel on
+    the native kernels' threads where the module has it (one FMA chain per entry, the same bits
+    for any thread count), else torch's matmul. Both are float32 products summed in float32; they
+    may differ in the last bits (the summation order), never by more than float32 rounding."""
+    if h.blocks is not None:
+        return _NATIVE_S(np.ascontiguousarray(queries.numpy(), np.float32), h.blocks, h.centroids.shape[0],
+                         num_threads=native_threads())
+    return (queries @ h.centroids.T).numpy()
 
 
 
@@ -346,7 +374,7 @@ def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k:
     qo = q_offsets.cpu().tolist()
     nq = len(qo) - 1
     t0 = time.perf_counter()
-    S = (queries.float().cpu() @ h.centroids.T).numpy()                               # [Tq, C]
+    S = centroid_scores(h, queries.float().cpu())                                      # [Tq, C]
     nmax = min(budget.ncells_max, S.shape[1])
     # one rank past the deepest probe: its scores bound every item the probes have not reached
     ranks = min(nmax + 1, S.shape[1])
