@@ -486,3 +486,14 @@ def test_induced_edges_of_a_hub_and_with_edges_off(backend):
     r = g.expand([[0, 1, 5]], 0)[0]
     assert r.edges.tolist() == [0, 4, leaves, leaves + 1, leaves + 2]
     assert g.expand([[0, 1, 5]], 0, with_edges=False)[0].edges.size == 0
+
+
+def test_plain_kind_namespaces_hold_every_kind_as_an_exact_int():
+    from colgraph_engine.graph.kinds import EDGE, NODE, EdgeKind, NodeKind
+    for plain, enum_type in ((NODE, NodeKind), (EDGE, EdgeKind)):
+        assert vars(plain) == {m.name: m.value for m in enum_type}
+        assert all(type(v) is int for v in vars(plain).values())  # exact ints: numpy's fast comparison path
+    kinds = np.array([0, 2, 2, 5], np.int8)
+    assert np.array_equal(kinds == NODE.ENTITY, kinds == NodeKind.ENTITY)
+    with pytest.raises(AttributeError, match="constants"):
+        NODE.ENTITY = 7

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..graph.kinds import EdgeKind, NodeKind
+from ..graph.kinds import EDGE, NODE
 from ..kg.pages import page_runs, parse_page_source
 
 FULL_BOX = (0.0, 0.0, 1.0, 1.0)
@@ -68,7 +68,7 @@ class _DocPages:
 
     def __init__(self, g):
         self.g = g
-        self.n_segments = int(np.count_nonzero(g.node_kind == NodeKind.SEGMENT))
+        self.n_segments = int(np.count_nonzero(g.node_kind == NODE.SEGMENT))
         self._segments: dict[int, tuple[int, ...]] = {}
         self._images: dict[int, tuple[tuple[int, ...], tuple | None]] = {}
         self._held: dict[int, tuple[int, ...]] | None = None  # old indexes: pages of held page images
@@ -92,10 +92,10 @@ class _DocPages:
     def _held_pages(self) -> dict[int, tuple[int, ...]]:
         if self._held is None:
             g, held = self.g, {}
-            contains = np.flatnonzero(np.asarray(g.edge_kind) == EdgeKind.CONTAINS)
+            contains = np.flatnonzero(np.asarray(g.edge_kind) == EDGE.CONTAINS)
             src, dst = np.asarray(g.edge_src)[contains], np.asarray(g.edge_dst)[contains]
             kinds = np.asarray(g.node_kind)
-            keep = (kinds[src] == NodeKind.SEGMENT) & (kinds[dst] == NodeKind.IMAGE)
+            keep = (kinds[src] == NODE.SEGMENT) & (kinds[dst] == NODE.IMAGE)
             for s, v in zip(src[keep].tolist(), dst[keep].tolist()):
                 pages, _ = self.image(v)
                 if pages:

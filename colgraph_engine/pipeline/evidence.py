@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph.kinds import NodeKind
+from ..graph.kinds import NODE, NodeKind
 from .graph_retrieval import DEPICT_KINDS, WALK_KINDS, Subgraph, TextScorer, expand_filtered
 from .scoring import csr_from_lists, order_desc, score_node_lists, score_pairs
 from .view import IndexView
@@ -97,7 +97,7 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
         nodes, kinds = sub.nodes[i], view.node_kind[sub.nodes[i]]
         ents = []
         prov: set[int] = set(nodes[np.isin(kinds, (NodeKind.SEGMENT, NodeKind.TABLE))].tolist())
-        for v, s in zip(nodes[kinds == NodeKind.ENTITY].tolist(), sub.score[i][kinds == NodeKind.ENTITY].tolist()):
+        for v, s in zip(nodes[kinds == NODE.ENTITY].tolist(), sub.score[i][kinds == NODE.ENTITY].tolist()):
             d = index.describe_node(v)
             prov.update(_segment_nodes(view, d["doc_id"], d["segments"]))
             ents.append({"node": v, "name": d["name"], "type": d["type"], "description": d["text"],
@@ -139,7 +139,7 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
         vscore = dict(zip(visual.nodes[i].tolist(), visual.scores[i].tolist()))
         src_e, dst_e = view.edge_src[dep[i].edges], view.edge_dst[dep[i].edges]
         for e, u, w in zip(dep[i].edges.tolist(), src_e.tolist(), dst_e.tolist()):
-            if u not in vscore or view.edge_kind[e] not in DEPICT_KINDS:
+            if u not in vscore or int(view.edge_kind[e]) not in DEPICT_KINDS:
                 continue
             du, dw = index.describe_node(u), index.describe_node(w)
             image = du["image"]

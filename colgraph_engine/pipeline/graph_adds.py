@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..graph.kinds import EdgeKind, NodeKind
+from ..graph.kinds import EDGE, NODE, EdgeKind, NodeKind
 from ..packed import pack
 from .scoring import order_desc, score_node_lists
 
@@ -363,7 +363,7 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
         for v in frontier:
             for r in redges[roff[v]:roff[v + 1]].tolist():
                 x = int(view.edge_dst[r]) if int(view.edge_src[r]) == v else int(view.edge_src[r])
-                if x not in seen and int(view.node_doc[x]) in allowed and view.node_kind[x] == NodeKind.ENTITY:
+                if x not in seen and int(view.node_doc[x]) in allowed and view.node_kind[x] == NODE.ENTITY:
                     seen.add(x)
                     nxt.append(x)
         return nxt
@@ -532,13 +532,13 @@ def _parents(view) -> dict:
     if got is not None and got[0] is view:
         return got[1]
     src, dst, kind, nk = view.edge_src, view.edge_dst, view.edge_kind, view.node_kind
-    c = kind == EdgeKind.CONTAINS
+    c = kind == EDGE.CONTAINS
     segments_of: dict[int, list[int]] = {}
     image_of: dict[int, int] = {}
     for u, v in zip(src[c].tolist(), dst[c].tolist()):
-        if nk[u] == NodeKind.SEGMENT and nk[v] == NodeKind.IMAGE:
+        if nk[u] == NODE.SEGMENT and nk[v] == NODE.IMAGE:
             segments_of.setdefault(v, []).append(u)
-        elif nk[u] == NodeKind.IMAGE and nk[v] == NodeKind.REGION:
+        elif nk[u] == NODE.IMAGE and nk[v] == NODE.REGION:
             image_of[v] = u
     depicts: dict[int, list[int]] = {}
     dmask = np.isin(kind, (EdgeKind.DEPICTS, EdgeKind.DEPICTS_RELATION))
@@ -658,7 +658,7 @@ def added_subgraph(view, scorer, ranked, support: Support, named: NameSeeds, doc
     for i, (rel, wt, c) in enumerate(zip(rel_lists, weights, cos)):
         o = np.lexsort((rel, -np.nan_to_num(c.astype(np.float64), nan=-np.inf), -wt))
         said = {view.index.describe_node(int(v))["text"] for v in sub.nodes[i][sub.nodes[i] >= 0].tolist()
-                if view.node_kind[v] == NodeKind.ENTITY}
+                if view.node_kind[v] == NODE.ENTITY}
         keep = []
         for j in o.tolist():  # as for entities: a relation whose description is already said is left out
             text = view.index.describe_edge(int(rel[j]))["text"]

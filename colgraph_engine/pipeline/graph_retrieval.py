@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..graph.kinds import EdgeKind, NodeKind
+from ..graph.kinds import EDGE, NODE, EdgeKind, NodeKind
 from ..graph.knowledge_graph import SparseScores
 from .scoring import cosine_pairs, csr_from_lists, order_desc, score_pairs, select_queries
 from .view import IndexView
@@ -126,13 +126,13 @@ class TextScorer:
     def nodes(self, per_query: list[np.ndarray]) -> list[np.ndarray]:
         """Filter scores of graph nodes: entities by cosine, segments and tables pass (+inf)."""
         kinds = [self.view.node_kind[n] for n in per_query]
-        ents = [n[k == NodeKind.ENTITY] for n, k in zip(per_query, kinds)]
+        ents = [n[k == NODE.ENTITY] for n, k in zip(per_query, kinds)]
         ent_scores = self.entities(ents)
         out = []
         for n, k, e, s in zip(per_query, kinds, ents, ent_scores):
             v = np.full(n.size, -np.inf, np.float32)
             v[np.isin(k, UNJUDGED_PASS)] = np.inf
-            v[k == NodeKind.ENTITY] = s
+            v[k == NODE.ENTITY] = s
             out.append(v)
         return out
 
@@ -185,7 +185,7 @@ def retrieve_seeds(view: IndexView, scorer: TextScorer, docs: list[np.ndarray], 
         for j, i in enumerate(rows.tolist()):
             image_hits[i] = hits[j]
             ex = linked[j]
-            image_linked[i] = ex.nodes[(ex.hop == 1) & (view.node_kind[ex.nodes] == NodeKind.ENTITY)]
+            image_linked[i] = ex.nodes[(ex.hop == 1) & (view.node_kind[ex.nodes] == NODE.ENTITY)]
     nodes = []
     for i in range(nq):
         r = relations[i]
@@ -341,7 +341,7 @@ def subgraph_from_expansion(view: IndexView, scorer: TextScorer, ex, seeds: Seed
         out.hop.append(q.hop)
         out.score.append(q.score)
         out.edges.append(q.edges)
-        rel_lists.append(q.edges[view.edge_kind[q.edges] == EdgeKind.RELATION])
+        rel_lists.append(q.edges[view.edge_kind[q.edges] == EDGE.RELATION])
     rel_scores = scorer.relations(rel_lists)
     for i, (r, s) in enumerate(zip(rel_lists, rel_scores)):
         if filtered:

@@ -117,7 +117,7 @@ def score_node_lists(view, store_of_kind: dict[int, str], packed_q, lists: list[
             continue
         positions, slots = [], []
         for x in lists:
-            pos = np.flatnonzero(view.node_kind[x] == kind)
+            pos = np.flatnonzero(view.node_kind[x] == int(kind))  # a plain int: numpy's fast path
             s = view.store_slots(name, x[pos])
             positions.append(pos[s >= 0])
             slots.append(s[s >= 0])

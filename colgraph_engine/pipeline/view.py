@@ -11,7 +11,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from ..graph.kinds import EdgeKind, NodeKind
+from ..graph.kinds import EDGE, NodeKind
 from ..kg.index import UID_SHIFT, KnowledgeIndex
 
 
@@ -155,7 +155,7 @@ class IndexView:
     @cached_property
     def relation_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """``(offsets [n+1], edges)``: the relation edges incident to each node (either end)."""
-        rel = np.flatnonzero(self.edge_kind == EdgeKind.RELATION)
+        rel = np.flatnonzero(self.edge_kind == EDGE.RELATION)
         ends = np.concatenate([self.edge_src[rel], self.edge_dst[rel]])
         edges = np.concatenate([rel, rel])
         order = np.lexsort((edges, ends))
@@ -173,7 +173,7 @@ class IndexView:
         at = np.searchsorted(self.numbers, numbers)
         out = [np.arange(self.node_first[i], self.node_first[i + 1]) for i in at.tolist()]
         nodes = np.concatenate(out) if out else np.zeros(0, np.int64)
-        return nodes if kind is None else nodes[self.node_kind[nodes] == kind]
+        return nodes if kind is None else nodes[self.node_kind[nodes] == int(kind)]  # int: numpy's fast path
 
     def store_slots(self, store: str, nodes: np.ndarray) -> np.ndarray:
         """Slots ``[k]`` of `store` holding the graph nodes (or relation edges) `nodes`; -1 where

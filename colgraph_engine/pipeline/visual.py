@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.kinds import EdgeKind, NodeKind
+from ..graph.kinds import NODE, EdgeKind, NodeKind
 from .graph_retrieval import DEPICT_KINDS, Subgraph
 from .scoring import order_desc, rrf, score_node_lists, select_queries
 from .view import IndexView
@@ -82,7 +82,7 @@ class Visual:
 def visual_candidates(view: IndexView, sub: Subgraph, docs: list[np.ndarray], all_document_images: bool,
                       num_threads: int | None = None) -> list[np.ndarray]:
     g = view.graph
-    ents = [n[view.node_kind[n] == NodeKind.ENTITY] for n in sub.nodes]
+    ents = [n[view.node_kind[n] == NODE.ENTITY] for n in sub.nodes]
     # images/regions depicting kept entities, and segments mentioning them
     up = g.expand([e.tolist() for e in ents], hops=1, direction="in",
                   edge_kinds=DEPICT_KINDS + (EdgeKind.MENTIONS,),
@@ -94,8 +94,8 @@ def visual_candidates(view: IndexView, sub: Subgraph, docs: list[np.ndarray], al
         found = up[i].nodes[up[i].hop == 1]
         kinds = view.node_kind[found]
         direct.append(found[np.isin(kinds, IMAGE_KINDS)])
-        kept_segs = sub.nodes[i][view.node_kind[sub.nodes[i]] == NodeKind.SEGMENT]
-        segs.append(np.union1d(found[kinds == NodeKind.SEGMENT], kept_segs))
+        kept_segs = sub.nodes[i][view.node_kind[sub.nodes[i]] == NODE.SEGMENT]
+        segs.append(np.union1d(found[kinds == NODE.SEGMENT], kept_segs))
     down = g.expand([s.tolist() for s in segs], hops=2, direction="out", edge_kinds=(EdgeKind.CONTAINS,),
                     node_kinds=(NodeKind.SEGMENT,) + IMAGE_KINDS, merge_aliases=False, with_edges=False,
                     num_threads=num_threads)
@@ -104,7 +104,7 @@ def visual_candidates(view: IndexView, sub: Subgraph, docs: list[np.ndarray], al
         found = down[i].nodes
         first.append(np.union1d(direct[i], found[np.isin(view.node_kind[found], IMAGE_KINDS)]))
     # regions of the images that are candidates because they depict an entity
-    imgs = [c[view.node_kind[c] == NodeKind.IMAGE] for c in first]
+    imgs = [c[view.node_kind[c] == NODE.IMAGE] for c in first]
     regions = g.expand([m.tolist() for m in imgs], hops=1, direction="out", edge_kinds=(EdgeKind.CONTAINS,),
                        node_kinds=IMAGE_KINDS, merge_aliases=False, with_edges=False, num_threads=num_threads)
     out = []

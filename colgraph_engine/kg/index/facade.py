@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import prefilters as _pf
-from ...graph.kinds import EdgeKind, NodeKind
+from ...graph.kinds import NODE, EdgeKind, NodeKind
 from ...graph.knowledge_graph import KnowledgeGraph
 from ...packed import check_finite
 from ...store.packed_store import _DTYPE_NAMES, PackedStore
@@ -459,7 +459,7 @@ class KnowledgeIndex(_Reader, _Assembler, _Committer):
                 "name": c.node_name[i], "type": c.node_type[i], "text": c.node_text[i],
                 "bbox": None if np.isnan(box).any() else tuple(float(x) for x in box),
                 "segments": c.node_prov[c.node_prov_offsets[i]:c.node_prov_offsets[i + 1]].tolist(),
-                "image": c.node_name[i] if c.node_kind[i] == NodeKind.IMAGE
+                "image": c.node_name[i] if c.node_kind[i] == NODE.IMAGE
                 else (c.node_name[nb + image] if image >= 0 else None)}
 
     def node_segments(self, node: int) -> list[int]:
