@@ -111,3 +111,28 @@ def test_pipeline_candidates_bad_input_names_the_argument():
         scoring.score_pairs(store, QV, QO, CO.numpy(), np.array([0, 2, 2, 6, 3, 1, 4]), "maxsim")
     with pytest.raises(ValueError, match="queries_values: expected dimension d=16"):
         scoring.score_pairs(store, QV[:, :8].contiguous(), QO, CO.numpy(), CI.numpy(), "maxsim")
+
+
+@pytest.mark.skipif(not cg.backends()["native"], reason="native module not built")
+def test_the_native_entry_point_checks_the_offsets_of_the_documents_it_reads():
+    """The native call checks each listed document's offsets (in range, non-decreasing), not the
+    whole store's: a damaged entry elsewhere is never read, one it would read is refused."""
+    from colgraph_engine._native import core
+    q, qo = QV[:3].contiguous().numpy(), np.array([0, 3], np.int64)
+    x, xo = XV.contiguous().numpy(), XO.numpy().copy()
+    ci = np.array([0, 2], np.int64)
+    want = np.empty(2, np.float32)
+    core.maxsim_candidates(q, qo, x, xo, np.array([0, 2]), ci, want, "float32", 1)
+    damaged = xo.copy()
+    damaged[5] = damaged[4] - 1  # documents 4 and 5 (offsets 4..6) are not listed
+    got = np.empty(2, np.float32)
+    core.maxsim_candidates(q, qo, x, damaged, np.array([0, 2]), ci, got, "float32", 1)
+    assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="documents offsets: must be non-decreasing"):
+        core.maxsim_candidates(q, qo, x, damaged, np.array([0, 1]), np.array([4], np.int64), np.empty(1, np.float32),
+                               "float32", 1)
+    beyond = xo.copy()
+    beyond[3] = xo[-1] + 100  # document 2 would end past the last row
+    with pytest.raises(ValueError, match="documents offsets"):
+        core.maxsim_candidates(q, qo, x, beyond, np.array([0, 1]), np.array([2], np.int64), np.empty(1, np.float32),
+                               "float32", 1)
