@@ -237,3 +237,19 @@ def test_the_search_is_the_same_whichever_way_lists_are_joined(corpus, monkeypat
     got = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
     assert np.array_equal(got.ids, want.ids) and np.array_equal(got.scores, want.scores)
     assert got.stats["candidates"] == want.stats["candidates"]
+
+
+@pytest.mark.parametrize("n", [1, 40, 4095, 4096, 5000, 27000])
+@pytest.mark.parametrize("first", [1, 32, 850, 10 ** 6])
+def test_first_and_sample_select_the_ranks_of_the_stable_descending_sort(n, first):
+    rng = np.random.default_rng(n + first)
+    F = rng.standard_normal(n).astype(np.float32)
+    F[: n // 3] = np.round(F[: n // 3], 1)  # many ties: broken by position
+    F[: max(1, n // 50)] = -np.inf          # items without cells
+    if n > 10:
+        F[5], F[6] = -0.0, 0.0              # equal, as in the sort
+    by_f = np.argsort(-F, kind="stable")
+    rest = by_f[first:]
+    want = rest[np.unique(np.linspace(0, rest.size - 1, min(32, rest.size)).astype(np.int64))] if rest.size else rest
+    best, spread = adaptive.first_and_sample(F, first, 32)
+    assert np.array_equal(best, by_f[:first]) and np.array_equal(spread, want)
