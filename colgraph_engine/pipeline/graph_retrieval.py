@@ -100,22 +100,26 @@ class TextScorer:
 
     def _score(self, store: str, per_query: list[np.ndarray], cache: list[dict]) -> list[np.ndarray]:
         """Scores ``per_query[i]`` (graph node or edge ids) for query i; -inf where no vector."""
-        todo = [np.asarray([x for x in ids.tolist() if x not in cache[i]], np.int64) for i, ids in enumerate(per_query)]
-        if self.q is not None and store in self.view.vectors and any(t.size for t in todo):
-            slots = [self.view.store_slots(store, t) for t in todo]
+        # an empty list costs nothing: the graph adds' per-seed calls pass one list among a batch's
+        todo = [np.asarray([x for x in ids.tolist() if x not in cache[i]], np.int64) if ids.size else _NONE
+                for i, ids in enumerate(per_query)]
+        rows = [i for i, t in enumerate(todo) if t.size]
+        if self.q is not None and store in self.view.vectors and rows:
+            slots = [self.view.store_slots(store, t) if t.size else _NONE for t in todo]
             has = [s >= 0 for s in slots]
             co, cs = csr_from_lists([s[h] for s, h in zip(slots, has)])
             vals = cosine_pairs(self.view.vectors[store], self._norms(store), self.q, co, cs)
             self.scored += np.diff(co)
-            for i, (t, h) in enumerate(zip(todo, has)):
+            for i in rows:
                 got = iter(vals[co[i]:co[i + 1]].tolist())
-                for x, ok in zip(t.tolist(), h.tolist()):
+                for x, ok in zip(todo[i].tolist(), has[i].tolist()):
                     cache[i][x] = next(got) if ok else float("-inf")
-        elif any(t.size for t in todo):
-            for i, t in enumerate(todo):
-                for x in t.tolist():
+        else:
+            for i in rows:
+                for x in todo[i].tolist():
                     cache[i][x] = float("-inf")
-        return [np.asarray([cache[i][x] for x in ids.tolist()], np.float32) for i, ids in enumerate(per_query)]
+        return [np.asarray([cache[i][x] for x in ids.tolist()], np.float32) if ids.size else np.zeros(0, np.float32)
+                for i, ids in enumerate(per_query)]
 
     def entities(self, per_query: list[np.ndarray]) -> list[np.ndarray]:
         return self._score("entity", per_query, self.cache_nodes)
@@ -135,6 +139,9 @@ class TextScorer:
             v[k == NODE.ENTITY] = s
             out.append(v)
         return out
+
+
+_NONE = np.zeros(0, np.int64)
 
 
 def _alias_key(view: IndexView, nodes: np.ndarray) -> np.ndarray:
