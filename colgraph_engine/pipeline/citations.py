@@ -133,6 +133,8 @@ class Citer:
             return Citation(doc_id, self._doc(doc_id).segment(local - 1))
         if kind == "document":
             return Citation(doc_id)
+        if kind not in ("image", "region"):  # entities and tables: their provenance (no strings decoded)
+            return self.segments(doc_id, self.index.node_segments(int(node)))
         desc = self.index.describe_node(int(node))
         if kind in ("image", "region"):
             d = self._doc(doc_id)
@@ -144,7 +146,6 @@ class Citer:
             if not pages or own is None:
                 return Citation(doc_id, pages, own, desc["image"])
             return Citation(doc_id, pages, _on_page(page_box or FULL_BOX, own), desc["image"])
-        return self.segments(doc_id, desc["segments"])  # entities and tables: their provenance
 
     def edge(self, edge: int) -> Citation:
         """The citation of graph edge `edge`: the pages of its provenance segments."""

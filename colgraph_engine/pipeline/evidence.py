@@ -89,6 +89,8 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
     sources are then its first `evidence_k` with those scores, instead of the subgraph's
     segments and provenance ranked by MaxSim."""
     index, degree = view.index, view.degree
+    names = view.graph.node_names  # the merged graph's names where it holds them: no describe_node
+    name_of = (lambda v: names[v]) if names is not None else (lambda v: index.describe_node(v)["name"])
     nq = len(sub.nodes)
     out: list[Evidence] = []
     # text sources per query: kept segments/tables + provenance of kept entities and relations
@@ -106,8 +108,8 @@ def build_evidence(view: IndexView, sub: Subgraph, visual, text_q, evidence_k: i
         for e, s in zip(sub.relations[i].tolist(), sub.relation_scores[i].tolist()):
             d = index.describe_edge(e)
             prov.update(_segment_nodes(view, d["doc_id"], d["segments"]))
-            rels.append({"edge": e, "src": d["src"], "dst": d["dst"], "source": index.describe_node(d["src"])["name"],
-                         "target": index.describe_node(d["dst"])["name"], "keywords": d["keywords"],
+            rels.append({"edge": e, "src": d["src"], "dst": d["dst"], "source": name_of(d["src"]),
+                         "target": name_of(d["dst"]), "keywords": d["keywords"],
                          "description": d["text"], "weight": d["weight"], "doc_id": d["doc_id"],
                          "segments": tuple(d["segments"]), "score": _scored(s),
                          "rank": int(degree[d["src"]] + degree[d["dst"]])})
