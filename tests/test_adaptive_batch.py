@@ -253,3 +253,19 @@ def test_first_and_sample_select_the_ranks_of_the_stable_descending_sort(n, firs
     want = rest[np.unique(np.linspace(0, rest.size - 1, min(32, rest.size)).astype(np.int64))] if rest.size else rest
     best, spread = adaptive.first_and_sample(F, first, 32)
     assert np.array_equal(best, by_f[:first]) and np.array_equal(spread, want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 600, 5000])
+def test_kth_group_is_the_kth_best_of_each_groups_best_score(n):
+    rng = np.random.default_rng(n)
+    for _ in range(10):
+        groups = rng.integers(0, max(1, n // 3), n).astype(np.int64)
+        scores = rng.standard_normal(n).astype(np.float32)
+        scores[: n // 10] = -np.inf
+        best = {}
+        for g, s in zip(groups.tolist(), scores.tolist()):
+            best[g] = max(best.get(g, -np.inf), s)
+        ranked = sorted(best.values(), reverse=True)
+        for k in (1, 10, 10 ** 6):
+            want = (float(ranked[k - 1]) if len(ranked) >= k else float("-inf"), len(ranked))
+            assert adaptive._kth_group(groups, scores, k) == want

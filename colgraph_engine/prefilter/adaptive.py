@@ -372,10 +372,12 @@ def _kth_group(groups: np.ndarray, scores: np.ndarray, k: int) -> tuple[float, i
     """``(k-th best group score or -inf, number of groups)`` over scored items."""
     if groups.size == 0:
         return float("-inf"), 0
-    order = np.lexsort((-scores, groups))
+    order = np.argsort(groups)  # any order inside a group: its best is the same (one sort key, not two)
     g = groups[order]
-    first = np.r_[True, g[1:] != g[:-1]]
-    best = scores[order][first]
+    first = np.empty(g.size, bool)
+    first[0] = True
+    np.not_equal(g[1:], g[:-1], out=first[1:])
+    best = np.maximum.reduceat(scores[order], np.flatnonzero(first))
     if best.size < k:
         return float("-inf"), int(best.size)
     return float(np.partition(best, best.size - k)[best.size - k]), int(best.size)
