@@ -215,15 +215,20 @@ def time_calls(fn: Callable[[], Any], repeats: int, *, warmup: int = 1, max_s: f
 
 
 def paired(fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 1,
-           max_s: float | None = None, after: Callable[[str, Any], None] | None = None) -> dict[str, list[float]]:
+           max_s: float | None = None, after: Callable[[str, Any], None] | None = None,
+           settle: Callable[[str], None] | None = None) -> dict[str, list[float]]:
     """Interleaved timing: each round calls every row once, in an order that rotates per round,
     so load that comes and goes hits all rows alike. ``{name: [seconds per call]}``; a row whose
     call took longer than `max_s` stops being called. `after(name, result)`, untimed, gets what
-    each timed call returned, right after it (before any other row runs)."""
+    each timed call returned, right after it (before any other row runs); `settle(name)`,
+    untimed, runs after every call, warm-ups included (after `after`), e.g. to wait until the
+    process that answered has gone idle before the next row's call."""
     names = list(fns)
     for _ in range(warmup):
         for n in names:
             fns[n]()
+            if settle is not None:
+                settle(n)
     out: dict[str, list[float]] = {n: [] for n in names}
     live = list(names)
     for r in range(repeats):
@@ -233,6 +238,8 @@ def paired(fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 
             out[n].append(time.perf_counter() - t0)
             if after is not None:
                 after(n, got)
+            if settle is not None:
+                settle(n)
         live = [n for n in live if max_s is None or out[n][-1] <= max_s]
     return out
 

@@ -596,19 +596,16 @@ def time_rows(sides: list[Side], qs: list[dict], args) -> None:
         return
     by = {s.name: s for s in sides}
 
-    def settled(record):
-        def after(name, got):
-            record(by[name], *got)
-            if not args.no_settle:  # the answering process's leftover work stays out of the next call
-                by[name].settles.append(h.wait_idle(by[name].worker.proc.pid))
-        return after
+    def settle(name):  # the answering process's leftover work stays out of the next call (warm-ups too)
+        if not args.no_settle:
+            by[name].settles.append(h.wait_idle(by[name].worker.proc.pid))
 
     h.paired({s.name: _asker(s, qs, s.request) for s in sides}, args.queries, warmup=args.warmup,
-             after=settled(Side.record))
+             after=lambda name, got: Side.record(by[name], *got), settle=settle)
     batches = [qs[b * args.batch_size:(b + 1) * args.batch_size] for b in range(args.batches)]
     warm = batches[0][:16]  # a warm-up batch each (allocators, caches)
     h.paired({s.name: _asker(s, [warm, *batches], s.batch_request) for s in sides}, args.batches, warmup=1,
-             after=settled(Side.record_batch))
+             after=lambda name, got: Side.record_batch(by[name], *got), settle=settle)
 
 
 def serve_rows(n: int, folder: pathlib.Path, size: dict, args, lr_py: pathlib.Path, base: dict) -> None:
@@ -833,8 +830,8 @@ def findings(rep: dict) -> list[str]:
                                                                  f"{1e3 / lr['mean_ms']:.1f}." if lr else "."))
         after = {k: v for k, v in rows.items() if "after_answer_cpu_ms_mean" in v}
         if after:
-            out.append(f"{n:,} documents: after answering, each process kept running (CPU ms, mean of its single "
-                       f"queries and batches, waited out before the next call): " + ", ".join(
+            out.append(f"{n:,} documents: after answering, each process kept running (CPU ms, mean over its single "
+                       f"queries and batches, warm-ups included, waited out before the next call): " + ", ".join(
                            f"{k} {v['after_answer_cpu_ms_mean']:.1f}" for k, v in after.items()) + ".")
         ours, hy = rows.get("ours"), rows.get(HIT_REFERENCE)
         if ours and hy and lr:

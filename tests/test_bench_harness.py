@@ -116,3 +116,17 @@ def test_wait_idle_waits_out_work_a_process_does_after_answering():
         p.stdin.close()
         p.wait(10)
     assert h.cpu_seconds(p.pid) == 0.0  # gone: /proc does not say
+
+
+def test_paired_settles_after_every_call_warm_ups_included():
+    events = []
+    fns = {n: (lambda n=n: events.append(("call", n)) or n) for n in "ab"}
+    h.paired(fns, 2, warmup=1, after=lambda n, got: events.append(("after", got)),
+             settle=lambda n: events.append(("settle", n)))
+    starts = [i for i, e in enumerate(events) if e[0] == "call"] + [len(events)]
+    segments = [events[a:b] for a, b in zip(starts, starts[1:])]
+    assert len(segments) == 6  # 2 warm-ups, then 2 rounds of 2 rows
+    for seg in segments[:2]:   # a warm-up call: settled, its result not recorded
+        assert seg == [("call", seg[0][1]), ("settle", seg[0][1])]
+    for seg in segments[2:]:   # a timed call: recorded, then settled, before the next row is called
+        assert seg == [("call", seg[0][1]), ("after", seg[0][1]), ("settle", seg[0][1])]
