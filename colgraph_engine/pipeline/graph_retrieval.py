@@ -47,7 +47,7 @@ import torch
 
 from ..graph.kinds import EDGE, NODE, EdgeKind, NodeKind
 from ..graph.knowledge_graph import SparseScores
-from .scoring import cosine_pairs, csr_from_lists, order_desc, score_pairs, select_queries
+from .scoring import cosine_pairs, csr_from_lists, order_desc, score_pairs, select_queries, unit_rows
 from .view import IndexView
 
 WALK_KINDS = (NodeKind.ENTITY, NodeKind.SEGMENT, NodeKind.TABLE)
@@ -88,6 +88,7 @@ class TextScorer:
 
     def __init__(self, view: IndexView, text_vectors: torch.Tensor | None):
         self.view, self.q = view, text_vectors
+        self.q_unit = None if text_vectors is None else unit_rows(text_vectors)  # once, not per call
         self.norms = {}
         self.cache_nodes: list[dict[int, float]] = [dict() for _ in range(0 if text_vectors is None else text_vectors.shape[0])]
         self.cache_edges: list[dict[int, float]] = [dict() for _ in range(len(self.cache_nodes))]
@@ -108,7 +109,7 @@ class TextScorer:
             slots = [self.view.store_slots(store, t) if t.size else _NONE for t in todo]
             has = [s >= 0 for s in slots]
             co, cs = csr_from_lists([s[h] for s, h in zip(slots, has)])
-            vals = cosine_pairs(self.view.vectors[store], self._norms(store), self.q, co, cs)
+            vals = cosine_pairs(self.view.vectors[store], self._norms(store), self.q_unit, co, cs, unit=True)
             self.scored += np.diff(co)
             for i in rows:
                 got = iter(vals[co[i]:co[i + 1]].tolist())

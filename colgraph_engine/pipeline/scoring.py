@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import ops
+from .. import backend as _backend, ops
 from ..ops import reference
 from .view import Vectors, item_norms  # noqa: F401  (item_norms: re-exported)
 
@@ -58,21 +58,48 @@ def _candidates_trusted(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, co: 
     The queries and the candidate list are checked (O(their size)); store values were checked
     finite when added, queries when encoded (``assume_finite=True``)."""
     dev = store.device
-    return ops.maxsim_candidates(as_store_dtype(qv, store), qo.to(dev), store.values, store.offsets, co.to(dev),
+    q = as_store_dtype(qv, store)
+    if dev.type == "cpu" and _backend.resolve("maxsim_candidates", dev) == "native":
+        # straight to the native kernel: these inputs are the stages' own (queries checked when
+        # encoded, candidates built from the view's slots), and the native entry point checks
+        # every candidate id and the offsets of every document it reads, so nothing is read out
+        # of bounds; the public call's checks cost ~150 us a call against ~10 us of scoring for
+        # the filter's few-item calls, about ten of them per query
+        from ..ops import _native_impl
+        _check_internal(q, store.values, ci, store.n_slots)
+        return _native_impl.maxsim_candidates(q, qo, store.values, store.offsets, co, ci)
+    return ops.maxsim_candidates(q, qo.to(dev), store.values, store.offsets, co.to(dev),
                                  ci.to(dev), assume_finite=True, trusted_docs=True)
 
 
+def _check_internal(q: torch.Tensor, values: torch.Tensor, ci: torch.Tensor, n_slots: int) -> None:
+    """The public call's messages for what the stages could get wrong (O(candidates))."""
+    if q.dim() != 2 or q.shape[1] != values.shape[1]:
+        raise ValueError(f"queries_values: expected dimension d={values.shape[1]} (the documents'), got "
+                         f"{q.shape[1] if q.dim() == 2 else tuple(q.shape)}")
+    if ci.numel():
+        lo, hi = int(ci.min()), int(ci.max())
+        if lo < 0 or hi >= n_slots:
+            raise ValueError(f"cand_ids: expected ids in [0, {n_slots}) (documents), got {lo if lo < 0 else hi}")
+
+
 def cosine_pairs(store: Vectors, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
-                 cand_slots: np.ndarray) -> np.ndarray:
+                 cand_slots: np.ndarray, *, unit: bool = False) -> np.ndarray:
     """``[C]`` cosine of each query's single vector ``qvec [Nq, d]`` with its candidate items of
-    a one-vector-per-item store (``norms [N]``: the items' L2 norms)."""
+    a one-vector-per-item store (``norms [N]``: the items' L2 norms). `unit`: `qvec` is float32
+    and already L2-normalised (:func:`unit_rows`), as a caller that scores many times keeps it."""
     if cand_slots.size == 0:
         return np.zeros(0, np.float32)
-    q = torch.nn.functional.normalize(qvec.float(), dim=1)
+    q = qvec if unit else unit_rows(qvec)
     qo = torch.arange(q.shape[0] + 1, dtype=torch.int64)
     dots = score_pairs(store, q, qo, cand_offsets, cand_slots, "maxsim")
     n = norms[cand_slots]
     return np.where(n > 0, dots / np.maximum(n, 1e-30), 0.0).astype(np.float32)
+
+
+def unit_rows(qvec: torch.Tensor) -> torch.Tensor:
+    """``[Nq, d]`` float32 rows of `qvec` L2-normalised (what :func:`cosine_pairs` scores with)."""
+    return torch.nn.functional.normalize(qvec.float(), dim=1)
 
 
 def csr_from_lists(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
