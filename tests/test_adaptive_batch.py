@@ -269,3 +269,19 @@ def test_kth_group_is_the_kth_best_of_each_groups_best_score(n):
         for k in (1, 10, 10 ** 6):
             want = (float(ranked[k - 1]) if len(ranked) >= k else float("-inf"), len(ranked))
             assert adaptive._kth_group(groups, scores, k) == want
+
+
+def test_a_batch_too_large_for_one_group_of_centroid_scores_is_searched_in_groups(corpus, monkeypatch):
+    c, idx = corpus
+    want = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
+    n_centroids = int(idx._state.centroids.shape[0])
+    monkeypatch.setattr(adaptive, "MAX_S_BYTES", 4 * n_centroids * 40)  # ~40 tokens a group: several groups
+    groups_seen = []
+    inner = adaptive.search_group
+    monkeypatch.setattr(adaptive, "search_group", lambda *a, **kw: groups_seen.append(1) or inner(*a, **kw))
+    got = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
+    assert len(groups_seen) > 2
+    assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids)
+    assert np.array_equal(got.scores, want.scores)
+    for key in ("candidates", "scored_exactly", "ncells", "rounds", "stop", "exhaustive"):
+        assert got.stats[key] == want.stats[key], key

@@ -386,8 +386,38 @@ def _kth_group(groups: np.ndarray, scores: np.ndarray, k: int) -> tuple[float, i
 PAIRS_PER_CALL = 1 << 20  # pairs handed to the exact stage in one call (bounds its scratch; ours)
 
 
+# Centroid-score bytes one lockstep group of queries may hold (``S [Tq, C]`` float32, ours: 256 MB,
+# about 1,000 ten-token queries at 65,536 centroids): a larger batch is searched in groups of
+# whole queries, so memory stays bounded whatever the batch's size.
+MAX_S_BYTES = 1 << 28
+
+
 def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k: int, groups: np.ndarray | None,
            rescore, budget: Budget = DEFAULT) -> GroupResult:
+    """:func:`search_group` over groups of whole queries whose centroid scores fit
+    :data:`MAX_S_BYTES` (one group for any usual batch). Each query's result is the same as
+    searching it alone, so the groups only bound memory. Arguments as :func:`search_group`."""
+    qo = q_offsets.cpu().tolist()
+    per_token = 4 * int(state.centroids.shape[0])
+    cuts = [0]
+    for q in range(len(qo) - 1):
+        if q > cuts[-1] and (qo[q + 1] - qo[cuts[-1]]) * per_token > MAX_S_BYTES:
+            cuts.append(q)
+    cuts.append(len(qo) - 1)
+    if len(cuts) <= 2:
+        return search_group(state, queries, q_offsets, k, groups, rescore, budget)
+    parts = [search_group(state, queries[qo[a]:qo[b]], torch.as_tensor(qo[a:b + 1], dtype=torch.int64) - qo[a], k,
+                          groups, rescore, budget) for a, b in zip(cuts[:-1], cuts[1:])]
+    offsets = np.concatenate([[0]] + [p.offsets[1:] + base for p, base in
+                                      zip(parts, np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]]))])
+    stats = {key: [v for p in parts for v in p.stats[key]] for key in parts[0].stats if key != "seconds"}
+    stats["seconds"] = {key: sum(p.stats["seconds"][key] for p in parts) for key in parts[0].stats["seconds"]}
+    return GroupResult(offsets.astype(np.int64), np.concatenate([p.ids for p in parts]),
+                       np.concatenate([p.scores for p in parts]), stats)
+
+
+def search_group(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k: int,
+                 groups: np.ndarray | None, rescore, budget: Budget = DEFAULT) -> GroupResult:
     """The adaptive search (module docstring) for packed ``queries [Tq, d]`` / ``q_offsets [Nq+1]``
     (float32 on the CPU, normalised as the index expects).
 
