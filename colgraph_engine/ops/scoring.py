@@ -102,8 +102,7 @@ def _check_pair(q_values, q_offsets, d_values, d_offsets, trusted_docs: bool = F
         xv, xo = check_packed(d_values, d_offsets, "docs")
     if qv.dtype != xv.dtype:
         raise TypeError(f"queries_values: expected the documents' dtype {xv.dtype}, got {qv.dtype}")
-    if qv.shape[1] != xv.shape[1]:
-        raise ValueError(f"queries_values: expected dimension d={xv.shape[1]} (the documents'), got {qv.shape[1]}")
+    check_same_dim(qv, xv)
     if qv.device != xv.device:
         raise ValueError(f"queries_values: expected the documents' device {xv.device}, got {qv.device}")
     return qv, qo, xv, xo
@@ -201,12 +200,24 @@ def check_candidates(cand_offsets, cand_ids, n_queries: int, n_docs: int, device
     co = check_offsets(cand_offsets, cand_ids.numel(), device, "cand_offsets")
     if co.numel() != n_queries + 1:
         raise ValueError(f"cand_offsets: expected length n_queries + 1 = {n_queries + 1}, got {co.numel()}")
+    check_ids_in_range(cand_ids, n_docs)
+    return co, cand_ids
+
+
+def check_same_dim(qv: torch.Tensor, xv: torch.Tensor) -> None:
+    """Queries ``[Tq, d]`` of the documents' dimension d (ValueError naming queries_values)."""
+    if qv.dim() != 2 or qv.shape[1] != xv.shape[1]:
+        got = qv.shape[1] if qv.dim() == 2 else tuple(qv.shape)
+        raise ValueError(f"queries_values: expected dimension d={xv.shape[1]} (the documents'), got {got}")
+
+
+def check_ids_in_range(cand_ids: torch.Tensor, n_docs: int) -> None:
+    """Every candidate id in ``[0, n_docs)`` (ValueError naming cand_ids and the first bad id)."""
     if cand_ids.numel():
         lo, hi = torch.stack([cand_ids.min(), cand_ids.max()]).tolist()  # one sync
         if lo < 0 or hi >= n_docs:
             bad = lo if lo < 0 else hi
             raise ValueError(f"cand_ids: expected ids in [0, {n_docs}) (documents), got {bad}")
-    return co, cand_ids
 
 
 def maxsim_candidates(queries_values: torch.Tensor, queries_offsets: torch.Tensor,

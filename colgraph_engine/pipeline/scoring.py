@@ -66,21 +66,12 @@ def _candidates_trusted(store: Vectors, qv: torch.Tensor, qo: torch.Tensor, co: 
         # of bounds; the public call's checks cost ~150 us a call against ~10 us of scoring for
         # the filter's few-item calls, about ten of them per query
         from ..ops import _native_impl
-        _check_internal(q, store.values, ci, store.n_slots)
+        from ..ops.scoring import check_ids_in_range, check_same_dim  # the public call's messages, O(candidates)
+        check_same_dim(q, store.values)
+        check_ids_in_range(ci, store.n_slots)
         return _native_impl.maxsim_candidates(q, qo, store.values, store.offsets, co, ci)
     return ops.maxsim_candidates(q, qo.to(dev), store.values, store.offsets, co.to(dev),
                                  ci.to(dev), assume_finite=True, trusted_docs=True)
-
-
-def _check_internal(q: torch.Tensor, values: torch.Tensor, ci: torch.Tensor, n_slots: int) -> None:
-    """The public call's messages for what the stages could get wrong (O(candidates))."""
-    if q.dim() != 2 or q.shape[1] != values.shape[1]:
-        raise ValueError(f"queries_values: expected dimension d={values.shape[1]} (the documents'), got "
-                         f"{q.shape[1] if q.dim() == 2 else tuple(q.shape)}")
-    if ci.numel():
-        lo, hi = int(ci.min()), int(ci.max())
-        if lo < 0 or hi >= n_slots:
-            raise ValueError(f"cand_ids: expected ids in [0, {n_slots}) (documents), got {lo if lo < 0 else hi}")
 
 
 def cosine_pairs(store: Vectors, norms: np.ndarray, qvec: torch.Tensor, cand_offsets: np.ndarray,
