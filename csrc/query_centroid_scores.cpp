@@ -32,8 +32,8 @@ namespace {
 using Arr = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 constexpr int64_t kLanes = 16;    // centroids per register
-constexpr int kTokens = 12;       // query tokens per register tile (12 accumulators + loads fit 32 zmm)
-constexpr int64_t kBlocksPerTask = 32;  // 512 centroids a task: ~0.25 ms of work per 10 tokens at d = 128
+constexpr int kTokens = 12;       // query tokens per register tile (ours: 12 accumulators + loads fit 32 zmm)
+constexpr int64_t kBlocksPerTask = 32;  // ours: 512 centroids a task, ~0.25 ms of work per 10 tokens at d = 128
 
 // S[t0 .. t0 + nt, c0 .. c0 + 16) for nt <= kTokens tokens, lanes past C masked off.
 template <int NT>
