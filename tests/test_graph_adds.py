@@ -304,3 +304,32 @@ def test_unit_counts_for_asked_terms_equal_the_full_count(index):
         assert table.unit_frequencies(n)[0] == full
     assert checked
     assert terms("Glasses and cats") == ("glasse", "cat")  # the stripped forms the substring test must find
+
+
+def test_alias_members_inside_documents_equal_the_filtered_group():
+    """A name in every document is one alias group across the corpus; a query reads only its
+    members inside D(q), by node ranges, and gets exactly the group filtered by document."""
+    from colgraph_engine.pipeline.view import IndexView
+
+    pages = [(f"Vornik Systems opened office {i} in Tallinn.",
+              records([("Vornik Systems", "organization", f"Office {i}."), ("Tallinn", "location", "A city.")]))
+             for i in range(3)]
+    idx = KnowledgeIndex(ENC)
+    idx.add_documents([doc(f"d{n}", pages[: 1 + n % 3]) for n in range(12)])
+    view = IndexView(idx)
+    offsets, members = view.alias_members
+    assert (np.diff(offsets) >= 12).any()  # a group spans every document
+    rng = np.random.default_rng(0)
+    subsets = [view.numbers[:0], view.numbers, view.numbers[::-1][:3], np.append(view.numbers[5:8], 10_000)]
+    subsets += [rng.choice(view.numbers, 4, replace=False) for _ in range(5)]
+    for docs in subsets:
+        starts, ends = view.document_node_ranges(docs)
+        known = np.intersect1d(docs, view.numbers)
+        assert starts.size == known.size  # unknown numbers are left out
+        for a, b, d in zip(starts.tolist(), ends.tolist(), known.tolist()):
+            assert (view.node_doc[a:b] == d).all() and (a == 0 or view.node_doc[a - 1] != d)
+        for g in range(offsets.size - 1):
+            group = members[offsets[g]:offsets[g + 1]]
+            want = group[np.isin(view.node_doc[group], docs)]
+            got = view.alias_members_in(g, (starts, ends))
+            assert np.array_equal(got, want) and np.all(np.diff(got) > 0)

@@ -353,7 +353,6 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
                   threshold: float, min_keep: int, budget: int) -> Support:
     """``a_G(u)`` and ``g(u)`` of every segment a seed group reaches within `hops` (module docstring)."""
     table = name_table(view)
-    offsets, by_group = view.alias_members
     roff, redges = view.relation_csr
 
     def neighbours(frontier: list[int], seen: set, allowed: set) -> list[int]:
@@ -372,12 +371,13 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
     # first hops of all seeds of all queries in one call (it caches per query and item, so the
     # per-seed calls below find their scores; the items scored are those one call per seed scores).
     starts = []
+    ranges = [view.document_node_ranges(d) for d in docs]  # D(q)'s nodes: groups are read inside them only
     for i in range(len(docs)):
         allowed = set(docs[i].tolist())
         per_seed = []
         for j, e in enumerate(seeds.entities[i].tolist()):
             g = int(view.alias_of[e])
-            members = by_group[offsets[g]:offsets[g + 1]] if g >= 0 else np.asarray([e], np.int64)
+            members = view.alias_members_in(g, ranges[i]) if g >= 0 else np.asarray([e], np.int64)
             if seeds.members is not None:
                 members = np.union1d(members, seeds.members[i][j])
             members = members[np.isin(view.node_doc[members], docs[i])]
@@ -432,8 +432,8 @@ def graph_support(view, scorer, seeds: NameSeeds, docs: list[np.ndarray], hops: 
                 wider = []
                 for x in nxt:
                     a = int(view.alias_of[x])
-                    for y in (by_group[offsets[a]:offsets[a + 1]].tolist() if a >= 0 else ()):
-                        if y not in seen and int(view.node_doc[y]) in allowed:
+                    for y in (view.alias_members_in(a, ranges[i]).tolist() if a >= 0 else ()):
+                        if y not in seen:
                             seen.add(y)
                             wider.append(y)
                 nxt = nxt + wider
@@ -633,10 +633,12 @@ def added_subgraph(view, scorer, ranked, support: Support, named: NameSeeds, doc
             g = int(view.alias_of[v])
             keyset.setdefault(g if g >= 0 else -(v + 1), 0.0)
             keyset[g if g >= 0 else -(v + 1)] = max(keyset[g if g >= 0 else -(v + 1)], w[v])
+        # the groups' members inside D(q) only: a relation edge never leaves its document
+        # (kg.document builds them per document), so members elsewhere could end no candidate
         members = set()
-        offsets, by_group = view.alias_members
+        ranges = view.document_node_ranges(docs[i])
         for key in keyset:
-            members.update(by_group[offsets[key]:offsets[key + 1]].tolist() if key >= 0 else [-key - 1])
+            members.update(view.alias_members_in(key, ranges).tolist() if key >= 0 else [-key - 1])
         allowed = set(docs[i].tolist())
         cand = set()
         for v in members:

@@ -283,10 +283,8 @@ def _group_members(view: IndexView, nodes: np.ndarray, allowed_docs: np.ndarray)
     groups = np.unique(groups[groups >= 0])
     if not groups.size:
         return nodes
-    offsets, by_group = view.alias_members  # the groups' members, not a scan of every node
-    rows = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups.tolist()])
-    members = by_group[rows]
-    members = members[np.isin(view.node_doc[members], allowed_docs)]
+    ranges = view.document_node_ranges(allowed_docs)  # inside the allowed documents only, never a whole group
+    members = np.concatenate([view.alias_members_in(g, ranges) for g in groups.tolist()])
     return np.union1d(nodes, members)
 
 

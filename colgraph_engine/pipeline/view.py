@@ -152,6 +152,28 @@ class IndexView:
         np.cumsum(np.bincount(a[members], minlength=n_groups), out=offsets[1:])
         return offsets, members
 
+    def document_node_ranges(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts [k], ends [k])``: the node ranges ``[start, end)`` of the documents `docs`
+        (document numbers; unknown numbers left out), ascending. Nodes are numbered document by
+        document, so a document's nodes are one range."""
+        docs = np.unique(np.asarray(docs, np.int64))
+        at = np.searchsorted(self.numbers, docs)
+        ok = at < self.numbers.size
+        at = at[ok][self.numbers[at[ok]] == docs[ok]]
+        return self.node_first[at], self.node_first[at + 1]
+
+    def alias_members_in(self, group: int, ranges: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """The members of alias group `group` inside the node `ranges` (from
+        :meth:`document_node_ranges`), ascending. A group's members are ascending nodes, so each
+        document's members are one ``searchsorted`` range: O(k log |group|) for k documents,
+        never a walk over a group that spans the corpus (a name in most documents)."""
+        offsets, members = self.alias_members
+        m = members[offsets[group]:offsets[group + 1]]
+        starts, ends = ranges
+        lo, hi = np.searchsorted(m, starts), np.searchsorted(m, ends)
+        parts = [m[a:b] for a, b in zip(lo.tolist(), hi.tolist()) if b > a]
+        return np.concatenate(parts) if parts else m[:0]
+
     @cached_property
     def relation_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """``(offsets [n+1], edges)``: the relation edges incident to each node (either end)."""
