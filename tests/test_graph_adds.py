@@ -328,6 +328,7 @@ def test_alias_members_inside_documents_equal_the_filtered_group():
         assert starts.size == known.size  # unknown numbers are left out
         for a, b, d in zip(starts.tolist(), ends.tolist(), known.tolist()):
             assert (view.node_doc[a:b] == d).all() and (a == 0 or view.node_doc[a - 1] != d)
+            assert b == view.node_doc.size or view.node_doc[b] != d
         for g in range(offsets.size - 1):
             group = members[offsets[g]:offsets[g + 1]]
             want = group[np.isin(view.node_doc[group], docs)]

@@ -160,7 +160,8 @@ class IndexView:
         at = np.searchsorted(self.numbers, docs)
         ok = at < self.numbers.size
         at = at[ok][self.numbers[at[ok]] == docs[ok]]
-        return self.node_first[at], self.node_first[at + 1]
+        # the end from node_doc itself: exact even if the graph held nodes of a number not listed
+        return self.node_first[at], np.searchsorted(self.node_doc, self.numbers[at], side="right")
 
     def alias_members_in(self, group: int, ranges: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """The members of alias group `group` inside the node `ranges` (from
