@@ -633,17 +633,15 @@ def added_subgraph(view, scorer, ranked, support: Support, named: NameSeeds, doc
             g = int(view.alias_of[v])
             keyset.setdefault(g if g >= 0 else -(v + 1), 0.0)
             keyset[g if g >= 0 else -(v + 1)] = max(keyset[g if g >= 0 else -(v + 1)], w[v])
-        # the groups' members inside D(q) only: a relation edge never leaves its document
-        # (kg.document builds them per document), so members elsewhere could end no candidate
+        # the groups' members inside D(q) only (the kept entities are D(q)'s too): a relation
+        # edge never leaves its document (kg.document builds them per document), so members
+        # elsewhere could end no candidate
         members = set()
         ranges = view.document_node_ranges(docs[i])
         for key in keyset:
             members.update(view.alias_members_in(key, ranges).tolist() if key >= 0 else [-key - 1])
-        allowed = set(docs[i].tolist())
         cand = set()
         for v in members:
-            if int(view.node_doc[v]) not in allowed:
-                continue
             for r in redges[roff[v]:roff[v + 1]].tolist():
                 a, b = int(view.edge_src[r]), int(view.edge_dst[r])
                 if a in members and b in members:
