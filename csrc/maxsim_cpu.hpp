@@ -28,7 +28,9 @@ void maxsim_cross_cpu(const PackedView& queries, const PackedView& docs, ElemTyp
 
 // out[c] = score(query q(c), document cand_ids[c]), where q(c) is the query whose CSR range
 // cand_offsets[q]..cand_offsets[q+1] holds c. Each listed document is read once for all of
-// the queries that list it.
+// the queries that list it; on AVX-512 (fp32 after widening, d a multiple of 16) a document may
+// instead be transposed once and scored with its rows in the lanes (work by tokens, not by
+// 16-token blocks), chosen per document by cost; the scores are the same bits either way.
 void maxsim_candidates_cpu(const PackedView& queries, const PackedView& docs, ElemType type,
                            const int64_t* cand_offsets, const int64_t* cand_ids, int64_t n_cand,
                            float* out, int num_threads);

@@ -207,3 +207,27 @@ def test_native_batch_packs_queries_yet_scores_equal_one_query_at_a_time(dtype):
                        for a, b in zip(bounds, bounds[1:])])
     assert torch.equal(batch, alone)
     assert_scores_match(batch, oracle(qv, qo, xv, xo), same_dtype_torch(qv, qo, xv, xo), "packed batch")
+
+
+@NATIVE
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("d", [16, 48, 128])
+def test_candidate_lane_kernel_scores_equal_the_row_tiles(monkeypatch, dtype, d):
+    """Candidate scoring picks, per document, the row tiles (query tokens in the lanes) or the
+    lane kernel (document rows in the lanes, csrc/maxsim_cpu.cpp); both must give the same bits
+    for queries of 0-40 tokens, documents of 0-100 rows and several queries per document (d = 48
+    is not a multiple of 16: the row tiles run whatever is asked; on a CPU without AVX-512 the
+    row tiles always run, and the three calls agree trivially)."""
+    lengths = [1, 0, 4, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 40]
+    qv, qo = random_packed(lengths, d, dtype, seed=31)
+    xv, xo = random_packed([0, 1, 5, 15, 16, 17, 31, 33, 64, 100], d, dtype, seed=32)
+    rng = torch.Generator().manual_seed(33)
+    co, ci = _csr([torch.randint(0, 10, (int(torch.randint(0, 12, (1,), generator=rng)),), generator=rng).tolist()
+                   for _ in lengths])
+    got = {}
+    for kernel in ("rows", "lanes", "auto"):
+        monkeypatch.setenv("COLGRAPH_CANDIDATE_KERNEL", kernel)
+        got[kernel] = cg.maxsim_candidates(qv, qo, xv, xo, co, ci, backend="native")
+    assert torch.equal(got["rows"], got["lanes"]) and torch.equal(got["rows"], got["auto"])
+    cross = cg.maxsim(qv, qo, xv, xo, backend="native")
+    assert torch.equal(got["auto"], torch.cat([cross[q, ci[co[q]:co[q + 1]]] for q in range(len(lengths))]))
