@@ -30,8 +30,9 @@ def _store_rescore(c, calls: list):
 
 
 @pytest.mark.parametrize("exhaustive", [False, True])
-def test_a_batch_scores_what_each_query_scores_alone_in_fewer_exact_calls(corpus, exhaustive):
+def test_a_batch_scores_what_each_query_scores_alone_in_fewer_exact_calls(corpus, exhaustive, monkeypatch):
     c, idx = corpus
+    monkeypatch.setattr(adaptive, "PARALLEL_MIN_QUERIES", 10**9)  # one lockstep group (the call count below)
     k = 10 if not exhaustive else 501  # more groups than there are: every query scores every item
     batch_calls, single_calls = [], []
     batch = idx.search_adaptive(c.queries, c.q_offsets, k, groups=c.unit_doc, rescore=_store_rescore(c, batch_calls))
@@ -281,6 +282,32 @@ def test_a_batch_too_large_for_one_group_of_centroid_scores_is_searched_in_group
     monkeypatch.setattr(adaptive, "search_group", lambda *a, **kw: groups_seen.append(1) or inner(*a, **kw))
     got = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
     assert len(groups_seen) > 2
+    assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids)
+    assert np.array_equal(got.scores, want.scores)
+    for key in ("candidates", "scored_exactly", "ncells", "rounds", "stop", "exhaustive"):
+        assert got.stats[key] == want.stats[key], key
+
+
+def test_a_batch_searched_as_two_groups_on_two_threads_gives_the_same_results(corpus, monkeypatch):
+    """From PARALLEL_MIN_QUERIES queries and two native threads a batch is split in halves searched
+    on two threads, each capped at one native thread: every query's items, scores and counts
+    are those of one lockstep group, and the exact stage sees each half's pairs."""
+    c, idx = corpus
+    monkeypatch.setenv("COLGRAPH_NUM_THREADS", "2")
+    monkeypatch.setattr(adaptive, "PARALLEL_MIN_QUERIES", 10**9)
+    want = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=_store_rescore(c, []))
+    monkeypatch.setattr(adaptive, "PARALLEL_MIN_QUERIES", 8)
+    import threading
+    from colgraph_engine.ops import _native_impl
+    seen = set()  # (thread, native threads) of every exact call
+    inner = _store_rescore(c, [])
+
+    def rescore(*a):
+        seen.add((threading.get_ident(), _native_impl.num_threads()))
+        return inner(*a)
+    got = idx.search_adaptive(c.queries, c.q_offsets, 10, groups=c.unit_doc, rescore=rescore)
+    assert len({t for t, _ in seen}) == 2 and {n for _, n in seen} == {1}
+    assert _native_impl.num_threads() == 2  # the cap ends with the search
     assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids)
     assert np.array_equal(got.scores, want.scores)
     for key in ("candidates", "scored_exactly", "ncells", "rounds", "stop", "exhaustive"):

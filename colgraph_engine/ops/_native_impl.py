@@ -1,7 +1,9 @@
 """Adapters from torch tensors to the C++ kernels in ``colgraph_engine._core`` (CPU)."""
 from __future__ import annotations
 
+import contextlib
 import os
+from contextvars import ContextVar
 
 import torch
 
@@ -10,10 +12,28 @@ from .._native import core
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
+# A cap on the native kernels' threads for the calls of this thread (context), set by a caller
+# that already runs several of them side by side (the adaptive search's parallel groups).
+_THREAD_CAP: ContextVar[int | None] = ContextVar("colgraph_native_thread_cap", default=None)
+
+
 def num_threads() -> int:
-    """Worker threads for native kernels: COLGRAPH_NUM_THREADS, else torch's intra-op count."""
+    """Worker threads for native kernels: COLGRAPH_NUM_THREADS, else torch's intra-op count
+    (at most :func:`thread_cap`'s where one is set)."""
     env = os.environ.get("COLGRAPH_NUM_THREADS", "").strip()
-    return int(env) if env.isdigit() and int(env) > 0 else torch.get_num_threads()
+    n = int(env) if env.isdigit() and int(env) > 0 else torch.get_num_threads()
+    cap = _THREAD_CAP.get()
+    return n if cap is None else max(1, min(n, cap))
+
+
+@contextlib.contextmanager
+def thread_cap(n: int):
+    """Caps :func:`num_threads` at `n` for the native calls made inside, in this context only."""
+    token = _THREAD_CAP.set(int(n))
+    try:
+        yield
+    finally:
+        _THREAD_CAP.reset(token)
 
 
 def _as_array(values: torch.Tensor):
