@@ -64,7 +64,8 @@ CPU with numpy, the centroid scores ``S`` and the full centroid scores in the na
 it is built (:func:`centroid_scores`; a prefilter on another device is copied to the CPU once per
 state, with its centroids in the native kernel's blocked layout: as many bytes again as the
 centroids); the exact stage runs wherever the caller's
-vectors are, one call per round for a whole batch (:func:`search`). Nothing per query is sized by the corpus except
+vectors are, one call per round for a whole batch, or for each half of a batch of
+:data:`PARALLEL_MIN_QUERIES` or more searched on two threads (:func:`search`). Nothing per query is sized by the corpus except
 the centroid scores (``C ~ 16 sqrt(tokens)`` by PLAID's rule) and, inside one list union at a
 time, a byte per item (:func:`_listed`; the pipeline's per-document merge is of that order):
 candidates come from the inverted lists of the probed centroids.
@@ -387,7 +388,7 @@ def _kth_group(groups: np.ndarray, scores: np.ndarray, k: int) -> tuple[float, i
 PAIRS_PER_CALL = 1 << 20  # pairs handed to the exact stage in one call (bounds its scratch; ours)
 
 
-# Centroid-score bytes one lockstep group of queries may hold (``S [Tq, C]`` float32, ours: 256 MB,
+# Centroid-score bytes the lockstep groups searched at once may hold together (``S [Tq, C]`` float32, ours: 256 MB,
 # about 1,000 ten-token queries at 65,536 centroids): a larger batch is searched in groups of
 # whole queries, so memory stays bounded whatever the batch's size.
 MAX_S_BYTES = 1 << 28
@@ -411,14 +412,15 @@ def search(state: IndexState, queries: torch.Tensor, q_offsets: torch.Tensor, k:
     once (the pipeline's exact stage is a pure function of its arguments)."""
     qo = q_offsets.cpu().tolist()
     nq = len(qo) - 1
-    per_token = 4 * int(state.centroids.shape[0])
-    cuts = [0]
-    for q in range(nq):
-        if q > cuts[-1] and (qo[q + 1] - qo[cuts[-1]]) * per_token > MAX_S_BYTES:
-            cuts.append(q)
-    cuts.append(nq)
     threads = native_threads()
     workers = 2 if threads >= 2 and nq >= PARALLEL_MIN_QUERIES else 1
+    per_token = 4 * int(state.centroids.shape[0])
+    limit = MAX_S_BYTES // workers  # groups searched side by side share the bound
+    cuts = [0]
+    for q in range(nq):
+        if q > cuts[-1] and (qo[q + 1] - qo[cuts[-1]]) * per_token > limit:
+            cuts.append(q)
+    cuts.append(nq)
     if workers > 1 and len(cuts) == 2:
         cuts = [0, nq // 2, nq]  # halves by queries (their lockstep rounds are about as long)
     if len(cuts) <= 2:
