@@ -214,11 +214,18 @@ def parse_args(argv=None):
     ap.add_argument("--text-length", type=int, default=32, help="MiniLM pieces for the text (entity/relation) role")
     ap.add_argument("--text-items", default="spans", choices=("direct", "spans"),
                     help="how entity/relation vectors are made (kg.vectors item rules; spans: the models set's default)")
+    ap.add_argument("--token-windows", default=None, choices=("on", "off"),
+                    help="MiniLM tokens of a long page from every window (on) or its first 254 pieces (off); "
+                         "default: what a new models index gets (encoders.sets.DEFAULT_WINDOWS)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rebuild", action="store_true", help="ignore the cached index")
     ap.add_argument("--name", default="pipeline_quality")
     ap.add_argument("--variants", default="", help="letters of the variants to run (a, b, c always run; default: all)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.token_windows is None:
+        from colgraph_engine.encoders.sets import DEFAULT_WINDOWS
+        args.token_windows = "on" if DEFAULT_WINDOWS else "off"
+    return args
 
 
 def memoised(enc):
@@ -248,7 +255,7 @@ def make_encoders(args):
     from colgraph_engine.encoders.minilm import MiniLMEncoder
     from colgraph_engine.kg import Encoders
 
-    tokens = MiniLMEncoder(batch_size=16).token_encoder()
+    tokens = MiniLMEncoder(batch_size=16, windows=args.token_windows == "on").token_encoder()
     text = MiniLMEncoder(max_length=args.text_length, batch_size=64).text_encoder(args.text_items)
     patches = EfficientNetPatchEncoder(grid=args.patch_grid).patch_encoder()
     return Encoders(text=memoised(text), tokens=memoised(tokens), patches=patches)
@@ -270,7 +277,8 @@ def cache_dir(args) -> pathlib.Path:
     low = precision.document_dtype() == torch.bfloat16
     key = (f"p{args.max_pages}-d{args.max_docs or 'all'}-s{args.seed}-{'noocr' if args.no_ocr else 'ocr'}"
            f"-x{args.image_scale}-g{args.patch_grid}-t{args.text_length}"
-           + ("-spans" if args.text_items == "spans" else "") + ("-bf16" if low else ""))
+           + ("-spans" if args.text_items == "spans" else "") + ("-bf16" if low else "")
+           + ("-windows" if args.token_windows == "on" else ""))
     return CACHE / key
 
 

@@ -53,3 +53,25 @@ def test_one_pass_gives_tokens_and_pooled_alike(encoders):
 def test_sort_by_length_must_be_bool():
     with pytest.raises(TypeError, match="sort_by_length"):
         MiniLMEncoder(sort_by_length="yes")
+
+
+def test_windows_give_every_piece_once_and_keep_the_first_window_and_pooled():
+    """``windows=True``: a text of more than ``max_length`` pieces gets one vector per piece (the
+    windows' shared pieces once), the first window's vectors and the pooled vector are those of
+    the first-window encoder, and the span pass returns the same tokens."""
+    a, b = MiniLMEncoder(batch_size=4), MiniLMEncoder(batch_size=4, windows=True)
+    assert b.name == a.name + "-windows"
+    long = " ".join(f"word{i} alpha beta" for i in range(300))
+    texts = ["short text", long, "", long[:900]]
+    pieces = [len(a.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    ta, tb = a.token_vectors(texts), b.token_vectors(texts)
+    assert [x.shape[0] for x in tb] == pieces and pieces[1] > 2 * a.max_length
+    assert [x.shape[0] for x in ta] == [min(p, a.max_length - 2) for p in pieces]
+    for x, y in zip(ta, tb):
+        assert torch.allclose(x, y[:x.shape[0]], atol=1e-5)
+    assert torch.allclose(b.encode_with_pooled(texts)[2], a.pooled(texts), atol=1e-5)
+    spans, _, _, _ = b.span_sums(texts, [(0, 1, 0, 5)], 1)
+    for x, y in zip(spans, tb):
+        assert torch.allclose(x, y, atol=1e-4)
+    with pytest.raises(TypeError, match="windows"):
+        MiniLMEncoder(windows="yes")

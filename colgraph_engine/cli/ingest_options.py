@@ -83,7 +83,7 @@ def file_worker(args, encoders, where: Path, file_timeout: float | None, memory_
     src = (described.get("tokens") or {}).get("source")
     # a moved model folder: the worker loads it from where it is now and describes it as recorded
     moved = tuple(src.items()) if src and src.get("path") != spec.path else None
-    factory = partial(load_encoders, (spec.kind, spec.path, spec.items), device, moved)
+    factory = partial(load_encoders, (spec.kind, spec.path, spec.items, spec.windows), device, moved)
     return FileWorker(Isolation(encoders=factory, timeout=file_timeout, memory_gb=memory_gb,
                                 setup=partial(_worker_setup, _hook_options(args), str(where))), encoders)
 

