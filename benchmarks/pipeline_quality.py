@@ -662,7 +662,7 @@ def summarise(args, ds, meta, index, questions, gold, runs, timing, variants) ->
                      "image_scale": args.image_scale, "patch_grid": args.patch_grid, "text_length": args.text_length, "text_items": args.text_items,
                      "seed": args.seed, "pipeline_defaults": PipelineConfig().as_dict(), "variants": variants,
                      "encoders": index.encoder_info,
-                     "document_compute": "bfloat16" if cache_dir(args).name.endswith("-bf16") else "float32"},
+                     "document_compute": "bfloat16" if "bf16" in cache_dir(args).name.split("-") else "float32"},
         "counts": {"documents": len(meta["pages"]), "documents_in_dataset": len(ds.doc_ids),
                    "pages": sum(len(v) for v in meta["pages"].values()),
                    "pages_in_dataset": sum(ds.page_counts.values()), "questions": len(questions),
