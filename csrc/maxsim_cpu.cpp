@@ -554,10 +554,10 @@ __attribute__((target("avx512f"))) float score_lanes(const PackedQueries& pq, in
 
 // Estimated cost (in FMA instructions per coordinate) of scoring the queries of one run by the
 // row tiles (rows rounded up to their tiles; the 8-lane kernel counted as a full one: measured,
-// it is no faster per instruction here) and by the lane kernel (plus its transposition, ~3 per
-// row block and coordinate). Ours, fitted to a sweep of query lengths 4-32 and 16-128 rows on
-// the dev machine (AVX-512, Zen 4): lanes won everywhere but at 24+ tokens on short documents.
-// The choice changes speed only, never a score.
+// it is no faster per instruction here) and by the lane kernel (plus its transposition, ~5 per
+// row block and coordinate). Ours, fitted to benchmarks/candidate_kernel.py (query lengths 4-32,
+// 16-128 rows, AVX-512 EPYC): the lanes win up to ~24 tokens, the row tiles near 32. The choice
+// changes speed only, never a score.
 bool lanes_pay(const PackedQueries& pq, const int64_t* queries, int64_t n, int64_t rows) {
   const int64_t nb = (rows + kLanes - 1) / kLanes, tiles12 = (rows + 11) / 12 * 12, tiles24 = (rows + 23) / 24 * 24;
   double row_cost = 0.0, lane_tokens = 0.0;
@@ -567,7 +567,7 @@ bool lanes_pay(const PackedQueries& pq, const int64_t* queries, int64_t n, int64
     if (len <= kLanes / 2) row_cost += static_cast<double>(tiles12);  // the 8-lane kernel
     else row_cost += static_cast<double>(blocks / 2 * 2 * tiles12 + (blocks % 2) * tiles24);
   }
-  return static_cast<double>(nb) * (lane_tokens + 3.0) < row_cost;
+  return static_cast<double>(nb) * (lane_tokens + 5.0) < row_cost;
 }
 
 // COLGRAPH_CANDIDATE_KERNEL=rows|lanes forces one kernel (tests compare them); else the cost decides.
