@@ -149,6 +149,21 @@ def test_a_new_index_gets_minilm_and_efficientnet_by_default(models_index):
     assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="spans", windows=False)
 
 
+def _adds_and_queries_keeping(tmp_path, recorded: dict, capsys) -> None:
+    """``index add`` (in this process with ``--encoders models``, then in the isolated worker) and
+    ``query`` on ``tmp_path / "ix"``: the manifest keeps the encoders `recorded`, the query answers."""
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "mars.md"), "--encoders",
+                     "models", "--no-isolate", "--json"]) == 0
+    (tmp_path / "more" / "venus.md").write_text("# Venus\n\nMagellan mapped Venus by radar in 1990.\n")
+    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "venus.md"), "--json"]) == 0
+    assert _read_manifest(tmp_path / "ix")["encoders"] == recorded
+    capsys.readouterr()
+    assert colgraph(["query", str(tmp_path / "ix"), "Where did Perseverance land?", "--json"]) == 0
+    assert detail(capsys.readouterr().out)["documents"]
+
+
 def test_an_index_with_directly_encoded_items_keeps_its_rule(tmp_path, capsys):
     """``--item-vectors direct`` (and an index built before the spans rule: a text name without
     ``-spans``) reopens with the direct rule, and ``index add --encoders models`` adds to it
@@ -161,16 +176,7 @@ def test_an_index_with_directly_encoded_items_keeps_its_rule(tmp_path, capsys):
     recorded = _read_manifest(tmp_path / "ix")["encoders"]
     assert recorded["text"]["name"] == "minilm-l6-v2-pooled256"
     assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="direct", windows=False)
-    (tmp_path / "more").mkdir()
-    (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
-    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "mars.md"), "--encoders",
-                     "models", "--no-isolate", "--json"]) == 0
-    (tmp_path / "more" / "venus.md").write_text("# Venus\n\nMagellan mapped Venus by radar in 1990.\n")
-    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "venus.md"), "--json"]) == 0
-    assert _read_manifest(tmp_path / "ix")["encoders"] == recorded
-    capsys.readouterr()
-    assert colgraph(["query", str(tmp_path / "ix"), "Where did Perseverance land?", "--json"]) == 0
-    assert detail(capsys.readouterr().out)["documents"]
+    _adds_and_queries_keeping(tmp_path, recorded, capsys)
     assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix2"), "--encoders", "hashing",
                      "--item-vectors", "spans"]) == 2
     assert "--item-vectors spans: needs --encoders models" in capsys.readouterr().err
@@ -338,16 +344,7 @@ def test_token_windows_are_recorded_and_kept_by_every_later_command(tmp_path, ca
     assert recorded["tokens"]["name"] == "minilm-l6-v2-tokens256-norm-windows"
     assert sets.spec_of(recorded) == sets.EncoderSpec("models", items="spans", windows=True)
     assert sets.with_recorded_rule(sets.EncoderSpec("models"), sets.spec_of(recorded)).windows is True
-    (tmp_path / "more").mkdir()
-    (tmp_path / "more" / "mars.md").write_text("# Mars\n\nPerseverance landed in Jezero crater in 2021.\n")
-    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "mars.md"), "--encoders",
-                     "models", "--no-isolate", "--json"]) == 0
-    (tmp_path / "more" / "venus.md").write_text("# Venus\n\nMagellan mapped Venus by radar in 1990.\n")
-    assert colgraph(["index", "add", str(tmp_path / "ix"), str(tmp_path / "more" / "venus.md"), "--json"]) == 0
-    assert _read_manifest(tmp_path / "ix")["encoders"] == recorded
-    capsys.readouterr()
-    assert colgraph(["query", str(tmp_path / "ix"), "Where did Perseverance land?", "--json"]) == 0
-    assert detail(capsys.readouterr().out)["documents"]
+    _adds_and_queries_keeping(tmp_path, recorded, capsys)
     assert colgraph(["index", "build", str(docs), "--out", str(tmp_path / "ix2"), "--encoders", "hashing",
                      "--token-windows"]) == 2
     assert "--token-windows: needs --encoders models" in capsys.readouterr().err
